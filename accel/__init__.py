@@ -1,0 +1,45 @@
+"""accel: run an ordinary PyTorch training script in the precision you ask for.
+
+The public API is imported lazily, so that `accel --help` and `import accel._version`
+do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from accel._version import __version__
+
+if TYPE_CHECKING:
+    from accel.accelerator import Accelerator
+    from accel.kwargs_handlers import (
+        AutocastKwargs,
+        DistributedDataParallelKwargs,
+        FP8RecipeKwargs,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+    )
+
+_EXPORTS = {
+    "Accelerator": "accel.accelerator",
+    "AutocastKwargs": "accel.kwargs_handlers",
+    "DistributedDataParallelKwargs": "accel.kwargs_handlers",
+    "FP8RecipeKwargs": "accel.kwargs_handlers",
+    "GradScalerKwargs": "accel.kwargs_handlers",
+    "InitProcessGroupKwargs": "accel.kwargs_handlers",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'accel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

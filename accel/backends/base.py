@@ -1,0 +1,104 @@
+"""PrecisionBackend: the hooks through which the Accelerator applies a precision.
+
+Every hook has a do-nothing default, so the base class *is* fp32 training. A backend
+overrides only what its precision changes. The Accelerator calls every hook
+unconditionally; there are no precision `if`s outside `accel/backends/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from accel.kwargs_handlers import AutocastKwargs, Handlers, KwargsHandler
+
+Forward = Callable[..., Any]
+
+
+class ForwardWrapper:
+    """Base of the callables a backend installs as a prepared model's forward.
+
+    A class rather than a closure so that a prepared model can still be pickled and
+    deep-copied; `__wrapped__` is the forward it wraps, which `unwrap_model` restores.
+    """
+
+    __slots__ = ("__wrapped__",)
+
+    def __init__(self, forward: Forward) -> None:
+        self.__wrapped__ = forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class PrecisionBackend:
+    """Base class and fp32 behaviour. Subclasses set `name` and the dtypes and override hooks."""
+
+    name: ClassVar[str] = "no"
+    """The canonical precision name (what `accelerator.mixed_precision` reports)."""
+    param_dtype: ClassVar[torch.dtype] = torch.float32
+    """The dtype the model's weights are kept in."""
+    compute_dtype: ClassVar[torch.dtype] = torch.float32
+    """The dtype matrix products run in."""
+    handler_types: ClassVar[tuple[type[KwargsHandler], ...]] = ()
+    """Precision-specific handlers (GradScalerKwargs, FP8RecipeKwargs) this backend honours."""
+
+    def __init__(self, device: torch.device, handlers: Handlers) -> None:
+        self.device = device
+        self.handlers = handlers
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, param_dtype={self.param_dtype}, compute_dtype={self.compute_dtype})"
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """Return the model converted for this precision (cast, layers swapped). Default: as is."""
+        return module
+
+    def wrap_forward(self, forward: Forward) -> Forward:
+        """Return the forward to install on a prepared model. Default: `forward` itself (no cost)."""
+        return forward
+
+    def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
+        """The context for code outside the model (`accelerator.autocast()`). Default: none."""
+        return contextlib.nullcontext()
+
+    def init_context(self) -> AbstractContextManager[Any]:
+        """The context in which `accelerator.init_module()` builds a model. Default: none."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Run the backward pass for `loss`."""
+        loss.backward(**kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring `optimizer`'s gradients to their true scale (before clipping). Default: nothing."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
+        """Step `optimizer`; return False when the step was skipped (inf/NaN gradients)."""
+        optimizer.step(closure) if closure is not None else optimizer.step()
+        return True
+
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The model's weights under their original names and in high precision, for saving."""
+        return model.state_dict()
+
+    def stats(self) -> dict[str, float]:
+        """Numbers worth logging (loss scale, skipped steps, ...). Default: none."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The precision's own state (loss scaler, FP8 scaling) for a checkpoint. Default: none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+        if state:
+            raise ValueError(f"precision {self.name!r} keeps no state, but got state with keys {sorted(state)}.")
+
+    def teardown(self) -> None:
+        """Undo process-wide changes the backend made. Default: nothing."""

@@ -1,0 +1,50 @@
+"""The registry: canonical precision name -> the backend that runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from accel.backends.amp import BF16Mixed, FP16Mixed
+from accel.backends.base import PrecisionBackend
+from accel.backends.fp8 import create_fp8_backend
+from accel.backends.full import DoublePrecision, FullPrecision
+from accel.backends.half import BF16True, HalfTrue
+from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
+from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
+
+BackendFactory = Callable[[torch.device, Handlers], PrecisionBackend]
+
+BACKENDS: dict[str, BackendFactory] = {
+    "no": FullPrecision,
+    "fp16": FP16Mixed,
+    "bf16": BF16Mixed,
+    "fp8": create_fp8_backend,
+    "16-true": HalfTrue,
+    "bf16-true": BF16True,
+    "64-true": DoublePrecision,
+}
+assert set(BACKENDS) == set(CANONICAL_PRECISIONS), "every precision name needs a backend"
+
+PRECISION_SPECIFIC_HANDLERS = {
+    GradScalerKwargs: "mixed_precision='fp16' (the only precision with a loss scaler)",
+    FP8RecipeKwargs: "mixed_precision='fp8'",
+}
+
+
+def create_backend(precision: str, device: torch.device, handlers: Handlers) -> PrecisionBackend:
+    """Build the backend for `precision` (any accepted spelling) on `device`."""
+    backend = BACKENDS[resolve_precision(precision)](device, handlers)
+    _check_handlers_apply(backend, handlers)
+    return backend
+
+
+def _check_handlers_apply(backend: PrecisionBackend, handlers: Handlers) -> None:
+    """A precision-specific handler given for a precision that does not use it is an error."""
+    for kind, used_by in PRECISION_SPECIFIC_HANDLERS.items():
+        if handlers.has(kind) and kind not in backend.handler_types:
+            raise ValueError(
+                f"kwarg_handlers has {kind.__name__}, which only {used_by} uses, but mixed_precision is "
+                f"{backend.name!r}; nothing would read it. Remove it from kwarg_handlers, or change mixed_precision."
+            )

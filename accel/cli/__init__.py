@@ -1,0 +1,1 @@
+"""The `accel` command line. Imports torch only in subcommands that need it."""

@@ -1,0 +1,18 @@
+"""Kwargs handlers: frozen, validated option objects passed as `Accelerator(kwarg_handlers=[...])`."""
+
+from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
+from accel.kwargs_handlers.base import KwargsHandler
+from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.kwargs_handlers.handlers import Handlers, collect_handlers
+
+__all__ = [
+    "AutocastKwargs",
+    "DistributedDataParallelKwargs",
+    "FP8RecipeKwargs",
+    "GradScalerKwargs",
+    "Handlers",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "collect_handlers",
+]

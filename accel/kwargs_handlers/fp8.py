@@ -1,0 +1,93 @@
+"""FP8RecipeKwargs: one FP8 recipe that means the same thing on every FP8 backend."""
+
+from __future__ import annotations
+
+from accel._validation import check_bool, check_choice, check_int
+from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
+
+FP8_BACKENDS = ("auto", "te", "msamp", "ao", "native")
+FP8_FORMATS = ("HYBRID", "E4M3")
+AMAX_COMPUTE_ALGOS = ("max", "most_recent")
+SCALINGS = ("delayed", "current", "rowwise", "rowwise_with_gw_hp", "mxfp8", "block")
+OPTIMIZATION_LEVELS = ("O1", "O2")
+
+ACCELERATE_SPELLINGS = {
+    "opt_level": "optimization_level",
+    "amax_history_length": "amax_history_len",
+    "amax_compute_algorithm": "amax_compute_algo",
+}
+
+
+@kwargs_handler(aliases=ACCELERATE_SPELLINGS)
+class FP8RecipeKwargs(KwargsHandler):
+    """The FP8 recipe. Defaults are TransformerEngine's (and MS-AMP's O1).
+
+    This class checks values only. Whether the chosen backend can run here, and honour every
+    field that was set explicitly, is checked by the Accelerator when it is built.
+    Accelerate's spellings are accepted: `opt_level`, `amax_history_length`,
+    `amax_compute_algorithm`, and upper-case backend names.
+    """
+
+    backend: str = "auto"
+    """te, msamp, ao or native; auto picks the first that can run here."""
+    fp8_format: str = "HYBRID"
+    """HYBRID (E4M3 forward, E5M2 gradients) or E4M3 everywhere."""
+    margin: int = 0
+    """scale = (fp8_max / amax) / 2**margin."""
+    amax_history_len: int = 1024
+    """Length of the amax history window used by delayed scaling."""
+    amax_compute_algo: str = "max"
+    """max (over the history) or most_recent."""
+    scaling: str | None = None
+    """delayed, current, rowwise, rowwise_with_gw_hp, mxfp8 or block; None is the backend's default."""
+    optimization_level: str = "O1"
+    """MS-AMP's level: O1 (FP8 weight gradients) or O2 (also FP8/FP16 Adam moments)."""
+    use_autocast_during_eval: bool = False
+    """Run FP8 in eval mode too (by default evaluation runs in high precision)."""
+    exclude_modules: tuple[str, ...] = ()
+    """fnmatch patterns of qualified module names kept in high precision."""
+
+    def __post_init__(self) -> None:
+        self._normalise("backend", check_choice("FP8RecipeKwargs.backend", self.backend, FP8_BACKENDS))
+        self._normalise("fp8_format", _check_format(self.fp8_format))
+        check_int("FP8RecipeKwargs.margin", self.margin, minimum=0)
+        check_int("FP8RecipeKwargs.amax_history_len", self.amax_history_len, minimum=1)
+        self._normalise(
+            "amax_compute_algo",
+            check_choice("FP8RecipeKwargs.amax_compute_algo", self.amax_compute_algo, AMAX_COMPUTE_ALGOS),
+        )
+        if self.scaling is not None:
+            self._normalise("scaling", check_choice("FP8RecipeKwargs.scaling", self.scaling, SCALINGS))
+        self._normalise(
+            "optimization_level",
+            check_choice("FP8RecipeKwargs.optimization_level", self.optimization_level, OPTIMIZATION_LEVELS),
+        )
+        check_bool("FP8RecipeKwargs.use_autocast_during_eval", self.use_autocast_during_eval)
+        self._normalise("exclude_modules", _check_patterns(self.exclude_modules))
+
+    def _normalise(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+
+def _check_format(value: object) -> str:
+    if isinstance(value, str) and value.upper() == "E5M2":
+        raise ValueError(
+            "FP8RecipeKwargs.fp8_format='E5M2' is not supported: pure E5M2 training loses too much "
+            "precision in the forward pass (TransformerEngine refuses it too). Use 'HYBRID' "
+            "(E4M3 forward, E5M2 gradients) or 'E4M3'."
+        )
+    return check_choice("FP8RecipeKwargs.fp8_format", value, FP8_FORMATS)
+
+
+def _check_patterns(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError(
+            f"FP8RecipeKwargs.exclude_modules={value!r} must be a list or tuple of patterns, "
+            f"not one string; write exclude_modules=[{value!r}]."
+        )
+    if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):
+        raise TypeError(
+            f"FP8RecipeKwargs.exclude_modules={value!r} must be a list or tuple of strings "
+            "(fnmatch patterns of qualified module names, such as 'lm_head' or 'blocks.*.attn.*')."
+        )
+    return tuple(value)

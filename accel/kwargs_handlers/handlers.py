@@ -1,0 +1,80 @@
+"""Collect the `kwarg_handlers=` list into one object with a slot per handler type."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TypeVar
+
+from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
+from accel.kwargs_handlers.base import KwargsHandler
+from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+
+HANDLER_TYPES: tuple[type[KwargsHandler], ...] = (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
+
+H = TypeVar("H", bound=KwargsHandler)
+
+
+@dataclasses.dataclass(frozen=True)
+class Handlers:
+    """The handlers a user gave, by type. `get` returns the default instance for one not given."""
+
+    given: dict[type[KwargsHandler], KwargsHandler] = dataclasses.field(default_factory=dict)
+
+    def get(self, kind: type[H]) -> H:
+        """The handler of type `kind` the user gave, else `kind()` with its defaults."""
+        handler = self.given.get(kind)
+        return handler if handler is not None else kind()  # type: ignore[return-value]
+
+    def has(self, kind: type[KwargsHandler]) -> bool:
+        """Whether the user gave a handler of type `kind`."""
+        return kind in self.given
+
+
+def collect_handlers(
+    kwarg_handlers: Sequence[KwargsHandler] | None, kwargs_handlers: Sequence[KwargsHandler] | None
+) -> Handlers:
+    """Validate the handler list (either spelling, not both) and index it by type."""
+    if kwarg_handlers is not None and kwargs_handlers is not None:
+        raise ValueError(
+            "Accelerator got both kwarg_handlers= and kwargs_handlers= (two spellings of one argument); "
+            "pass the list once."
+        )
+    handlers = kwarg_handlers if kwarg_handlers is not None else kwargs_handlers
+    if handlers is None:
+        return Handlers()
+    if not isinstance(handlers, (list, tuple)):
+        raise TypeError(f"kwarg_handlers={handlers!r} must be a list of handler instances.")
+    given: dict[type[KwargsHandler], KwargsHandler] = {}
+    for handler in handlers:
+        kind = _handler_type(handler)
+        if kind in given:
+            raise ValueError(
+                f"kwarg_handlers has two {kind.__name__} instances ({given[kind]!r} and {handler!r}); "
+                "give one per type."
+            )
+        given[kind] = handler
+    return Handlers(given)
+
+
+def _handler_type(handler: object) -> type[KwargsHandler]:
+    accepted = ", ".join(t.__name__ for t in HANDLER_TYPES)
+    if isinstance(handler, type):
+        raise TypeError(
+            f"kwarg_handlers got the class {handler.__name__}, not an instance; write {handler.__name__}(...). "
+            f"Accepted types: {accepted}."
+        )
+    for kind in HANDLER_TYPES:
+        if isinstance(handler, kind):
+            return kind
+    raise TypeError(
+        f"kwarg_handlers got {handler!r} of type {type(handler).__name__}, which accel does not know; "
+        f"accepted types: {accepted}."
+    )

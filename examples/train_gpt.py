@@ -1,0 +1,277 @@
+"""Train the small character-level GPT of examples/gpt.py with accel.
+
+This is an ordinary PyTorch training script, written the way an Accelerate user writes one:
+build the model, optimizer, dataloader and scheduler, hand them to `Accelerator.prepare`,
+and let `accelerator.backward`, `accumulate` and `clip_grad_norm_` deal with precision,
+gradient scaling and accumulation.
+
+    python examples/train_gpt.py                          # fp32, about a minute on 2 CPU cores
+    python examples/train_gpt.py --mixed_precision bf16
+    ACCEL_MIXED_PRECISION=fp16 python examples/train_gpt.py --steps 50
+    accel launch --mixed_precision bf16 examples/train_gpt.py
+
+`--mixed_precision` and `--gradient_accumulation_steps` default to None so that accel's own
+configuration (`ACCEL_*` environment variables, set by `accel launch`) decides; a value given
+here is passed to `Accelerator` unchanged, and `Accelerator` validates it.
+
+`--steps` counts optimizer updates; with gradient accumulation each update consumes
+several batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Subset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpt import GPT, CharDataset, GPTConfig, build_datasets  # noqa: E402
+
+from accel import Accelerator  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags; defaults train for about a minute on a 2-core CPU."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--mixed_precision",
+        default=None,
+        help="passed to Accelerator as is (no, fp16, bf16, fp8, ...); "
+        "default: $ACCEL_MIXED_PRECISION, else no",
+    )
+    parser.add_argument(
+        "--gradient_accumulation_steps",
+        type=int,
+        default=None,
+        help="batches per optimizer update; default: $ACCEL_GRADIENT_ACCUMULATION_STEPS, else 1",
+    )
+    parser.add_argument("--steps", type=int, default=300, help="optimizer updates")
+    parser.add_argument("--batch_size", type=int, default=16, help="sequences per batch")
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    parser.add_argument("--weight_decay", type=float, default=0.1)
+    parser.add_argument("--warmup_steps", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument(
+        "--eval_interval", type=int, default=100, help="validate every N updates (0: only at the ends)"
+    )
+    parser.add_argument("--eval_batches", type=int, default=8, help="batches per validation")
+    parser.add_argument(
+        "--log_interval", type=int, default=20, help="progress line every N updates when not a TTY"
+    )
+    parser.add_argument("--output_dir", default=None, help="save the trained model here")
+    args = parser.parse_args(argv)
+    for name in ("steps", "batch_size", "eval_batches", "log_interval"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.eval_interval < 0 or args.warmup_steps < 0:
+        parser.error("--eval_interval and --warmup_steps must not be negative")
+    return args
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float = 0.1) -> Callable[[int], float]:
+    """LR multiplier for LambdaLR: linear warm-up, then cosine decay to `min_ratio`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
+    """Decay matrices (Linear and Embedding weights) only, not biases or LayerNorm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def make_loaders(
+    train: CharDataset, val: CharDataset, args: argparse.Namespace
+) -> tuple[DataLoader[tuple[torch.Tensor, torch.Tensor]], DataLoader[tuple[torch.Tensor, torch.Tensor]]]:
+    """Shuffled training loader (seeded) and a fixed, evenly spaced validation subset."""
+    generator = torch.Generator().manual_seed(args.seed)
+    train_loader = DataLoader(
+        train, batch_size=args.batch_size, shuffle=True, drop_last=True, generator=generator
+    )
+    n_val = min(len(val), args.eval_batches * args.batch_size)
+    stride = len(val) // n_val
+    val_subset = Subset(val, range(0, stride * n_val, stride))
+    val_loader = DataLoader(val_subset, batch_size=args.batch_size, shuffle=False)
+    return train_loader, val_loader
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over all positions."""
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+) -> float:
+    """Mean validation loss, in eval mode; the model is put back in train mode after.
+
+    Every process evaluates the same fixed subset, so the number needs no gathering.
+    """
+    model.eval()
+    total, batches = 0.0, 0
+    for x, y in loader:
+        total += lm_loss(model(x.to(device)), y.to(device)).item()
+        batches += 1
+    model.train()
+    return total / batches
+
+
+class Progress:
+    """One progress line without tqdm.
+
+    On a TTY the line is redrawn in place after every update (carriage return); otherwise
+    (a log file, CI) a plain line is printed every `interval` updates and at the end.
+    Writes through `print_fn` (the accelerator's print) and only if `enabled`.
+    """
+
+    def __init__(
+        self, total: int, print_fn: Callable[..., None], enabled: bool, interval: int
+    ) -> None:
+        self.total = total
+        self.print_fn = print_fn
+        self.enabled = enabled
+        self.interval = interval
+        self.tty = sys.stdout.isatty()
+        self._width = 0
+
+    def update(self, step: int, text: str) -> None:
+        """Show `text` for update number `step` (1-based)."""
+        if not self.enabled:
+            return
+        line = f"step {step:>{len(str(self.total))}}/{self.total} | {text}"
+        if self.tty:
+            self._width = max(self._width, len(line))
+            self.print_fn("\r" + line.ljust(self._width), end="", flush=True)
+        elif step % self.interval == 0 or step == self.total:
+            self.print_fn(line, flush=True)
+
+    def message(self, text: str) -> None:
+        """Print `text` on a line of its own, without breaking the progress line."""
+        if not self.enabled:
+            return
+        if self.tty and self._width:
+            self.print_fn("\r" + " " * self._width + "\r", end="")
+        self.print_fn(text, flush=True)
+
+    def close(self) -> None:
+        """End the in-place line so that later output starts on a fresh line."""
+        if self.enabled and self.tty and self._width:
+            self.print_fn()
+            self._width = 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train, validate at intervals, print a summary, optionally save; returns 0."""
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+    )
+    show = accelerator.is_main_process
+
+    config = GPTConfig()
+    train_set, val_set = build_datasets(config.block_size, seed=args.seed)
+    model = GPT(config)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95)
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(args.warmup_steps, args.steps)
+    )
+    train_loader, val_loader = make_loaders(train_set, val_set, args)
+    model, optimizer, train_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, scheduler
+    )
+
+    accelerator.print(
+        f"GPT {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters | "
+        f"train {len(train_set):,} / val {len(val_set):,} windows of {config.block_size} chars | "
+        f"precision {accelerator.mixed_precision} | device {accelerator.device}"
+    )
+    progress = Progress(args.steps, accelerator.print, show, args.log_interval)
+
+    first_val = evaluate(model, val_loader, accelerator.device)
+    progress.message(f"step {0:>{len(str(args.steps))}} | val loss {first_val:.4f}")
+    last_val = first_val
+
+    step = 0
+    first_train: float | None = None
+    train_loss = math.nan
+    window_loss, window_batches = 0.0, 0
+    train_seconds = 0.0
+    tick = time.perf_counter()
+    model.train()
+    while step < args.steps:
+        for x, y in train_loader:
+            with accelerator.accumulate(model):
+                logits = model(x)
+                loss = lm_loss(logits, y)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            window_loss += loss.item()
+            window_batches += 1
+            if not accelerator.sync_gradients:
+                continue
+
+            # One optimizer update finished.
+            step += 1
+            train_loss = window_loss / window_batches
+            window_loss, window_batches = 0.0, 0
+            if first_train is None:
+                first_train = train_loss
+            train_seconds += time.perf_counter() - tick
+            progress.update(
+                step,
+                f"loss {train_loss:.4f} | {step / train_seconds:.2f} steps/s | "
+                f"{accelerator.mixed_precision}",
+            )
+            if step == args.steps or (args.eval_interval and step % args.eval_interval == 0):
+                last_val = evaluate(model, val_loader, accelerator.device)
+                progress.message(
+                    f"step {step:>{len(str(args.steps))}} | train loss {train_loss:.4f} | "
+                    f"val loss {last_val:.4f}"
+                )
+            tick = time.perf_counter()
+            if step == args.steps:
+                break
+    progress.close()
+
+    accelerator.print(
+        f"done: {step} steps in {train_seconds:.1f}s ({step / train_seconds:.2f} steps/s), "
+        f"precision {accelerator.mixed_precision} | train loss {first_train:.4f} -> "
+        f"{train_loss:.4f} | val loss {first_val:.4f} -> {last_val:.4f}"
+    )
+    if args.output_dir:
+        accelerator.save_model(model, args.output_dir)
+        accelerator.print(f"model saved to {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
