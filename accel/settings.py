@@ -1,20 +1,40 @@
-"""The Accelerator's settings: one name each, from which the keyword, YAML key and env var derive.
+"""The schema: every setting has one name, from which all its spellings derive.
 
-`ACCEL_<NAME>` is read when the keyword argument is absent (None). A value that cannot be
-parsed raises, naming the variable. Torch-free, so that the command line can share it.
+From `Setting.name` come the YAML key of config.yaml, the `accel launch` flag
+(`--name` and `--name-with-hyphens`), and the environment variable `ACCEL_<NAME>` through which
+`accel launch` hands the value to the script. `Setting.keyword` is the Accelerator's keyword
+argument. The FP8 recipe's settings are derived from the fields of FP8RecipeKwargs: field `f`
+is the YAML key `fp8_config: {f: ...}`, the flag `--fp8_f`, the variable `ACCEL_FP8_F` and the
+keyword `FP8RecipeKwargs(f=...)`.
+
+A value that cannot be parsed raises ValueError naming where it came from. Torch-free, so that
+the command line can share it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Mapping
 from typing import Any
 
-from accel._validation import check_int
-from accel.backends.names import resolve_precision
+from accel._validation import check_choice, choice_error
+from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
+from accel.kwargs_handlers.fp8 import (
+    AMAX_COMPUTE_ALGOS,
+    FP8_BACKENDS,
+    FP8_FORMATS,
+    OPTIMIZATION_LEVELS,
+    SCALINGS,
+    FP8RecipeKwargs,
+)
 
 ENV_PREFIX = "ACCEL_"
+FP8_SECTION = "fp8_config"
+"""The YAML mapping that holds the FP8 recipe."""
+FP8_PREFIX = "fp8_"
+"""The prefix that turns an FP8RecipeKwargs field into a setting name (flag and env var stem)."""
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -30,33 +50,219 @@ def parse_bool(text: str, source: str) -> bool:
     raise ValueError(f"{source}={text!r} is not a boolean; accepted: {', '.join(_TRUE + _FALSE[:-1])}.")
 
 
-def parse_positive_int(text: str, source: str) -> int:
-    """Parse an integer >= 1."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError(f"{source}={text!r} is not an integer; it must be an int >= 1.") from None
-    return check_int(source, value, minimum=1)
+def _rejected(source: str, value: object, accepted: str) -> ValueError:
+    return ValueError(f"{source}={value!r} is not accepted; accepted: {accepted}.")
 
 
-def parse_precision(text: str, source: str) -> str:
-    """Parse a precision name into its canonical form."""
-    return resolve_precision(text, source)
+# ------------------------------------------------------------------ kinds of value
+class Kind:
+    """How the values of one kind of setting are checked, parsed from text and written as text.
+
+    `check` takes a typed value (from YAML or Python), `parse` takes text (from an environment
+    variable or a flag); both return the canonical value or raise ValueError naming `source`.
+    """
+
+    accepted: str = "any value"
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: Any, source: str) -> Any:
+        """The canonical form of `value`, or ValueError."""
+        return value
+
+    def parse(self, text: str, source: str) -> Any:
+        """The canonical value written as `text`, or ValueError."""
+        return self.check(text, source)
+
+    def format(self, value: Any) -> str:
+        """`value` as the text that `parse` reads back."""
+        return str(value)
 
 
 @dataclasses.dataclass(frozen=True)
+class IntKind(Kind):
+    """An int (never a bool) within [minimum, maximum]."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+
+    @property
+    def accepted(self) -> str:  # type: ignore[override]
+        if self.minimum is not None and self.maximum is not None:
+            return f"an integer from {self.minimum} to {self.maximum}"
+        return "an integer" if self.minimum is None else f"an integer >= {self.minimum}"
+
+    def check(self, value: Any, source: str) -> int:
+        low_ok = self.minimum is None or (isinstance(value, int) and value >= self.minimum)
+        high_ok = self.maximum is None or (isinstance(value, int) and value <= self.maximum)
+        if isinstance(value, bool) or not isinstance(value, int) or not (low_ok and high_ok):
+            raise _rejected(source, value, self.accepted)
+        return value
+
+    def parse(self, text: str, source: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise _rejected(source, text, self.accepted) from None
+        return self.check(value, source)
+
+
+class BoolKind(Kind):
+    """True or False; as text 1/0, true/false, yes/no, on/off."""
+
+    accepted = "true or false"
+
+    def check(self, value: Any, source: str) -> bool:
+        if not isinstance(value, bool):
+            raise _rejected(source, value, self.accepted)
+        return value
+
+    def parse(self, text: str, source: str) -> bool:
+        return parse_bool(text, source)
+
+    def format(self, value: Any) -> str:
+        return "true" if value else "false"
+
+
+class PrecisionKind(Kind):
+    """A precision name in any accepted spelling, made canonical."""
+
+    accepted = ", ".join(CANONICAL_PRECISIONS)
+    choices = tuple(CANONICAL_PRECISIONS)
+
+    def check(self, value: Any, source: str) -> str:
+        return resolve_precision(value, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceKind(Kind):
+    """One of `choices` (case-insensitive); None too when `optional`."""
+
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+
+    @property
+    def accepted(self) -> str:  # type: ignore[override]
+        return ", ".join(self.choices) + (" (or empty for the default)" if self.optional else "")
+
+    def check(self, value: Any, source: str) -> str | None:
+        if value is None and self.optional:
+            return None
+        return check_choice(source, value, self.choices)
+
+    def parse(self, text: str, source: str) -> str | None:
+        stripped = text.strip()
+        return self.check(None if stripped.lower() in ("", "none") else stripped, source)
+
+    def format(self, value: Any) -> str:
+        return "" if value is None else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextKind(Kind):
+    """A non-empty string without spaces (a host name or address); None too when `optional`."""
+
+    optional: bool = True
+    accepted: str = "a host name or IP address"
+
+    def check(self, value: Any, source: str) -> str | None:
+        if value is None and self.optional:
+            return None
+        if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+            raise _rejected(source, value, self.accepted)
+        return value.strip()
+
+
+class GpuIdsKind(Kind):
+    """'all', or GPU indices: a list, one int, or comma-separated text. Canonical: 'all' or '0,1'."""
+
+    accepted = "'all' or comma-separated GPU indices such as 0,1"
+
+    def check(self, value: Any, source: str) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if isinstance(value, str):
+            if value.strip().lower() == "all":
+                return "all"
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, (list, tuple)) and value and all(_is_index(v) for v in value):
+            return ",".join(str(int(v)) for v in value)
+        raise _rejected(source, value, self.accepted)
+
+
+def _is_index(value: object) -> bool:
+    if isinstance(value, str):
+        return value.isdigit()
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class PatternsKind(Kind):
+    """A tuple of strings; as text, comma-separated."""
+
+    accepted = "a list of strings (comma-separated as text)"
+
+    def check(self, value: Any, source: str) -> tuple[str, ...]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise _rejected(source, value, self.accepted)
+        return tuple(value)
+
+    def parse(self, text: str, source: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+
+    def format(self, value: Any) -> str:
+        return ",".join(value)
+
+
+# ------------------------------------------------------------------ the setting
+@dataclasses.dataclass(frozen=True)
 class Setting:
-    """One setting: its name (the YAML key), the Accelerator keyword, and how to parse text."""
+    """One setting: its name (YAML key and flag/env stem), kind, default and keyword.
+
+    `keyword` is the Accelerator's keyword argument (or, for a recipe setting, the
+    FP8RecipeKwargs field); None for a setting only the launcher uses. `flag` overrides the
+    flag's stem where another spelling is established (`--cpu` for use_cpu).
+    """
 
     name: str
-    keyword: str
+    kind: Kind
     default: Any
-    parse: Callable[[str, str], Any]
+    keyword: str | None = None
+    help: str = ""
+    flag: str | None = None
+    section: str | None = None
 
     @property
     def env_var(self) -> str:
         """The environment variable that carries this setting to a launched script."""
         return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The `accel launch` option strings: underscore spelling first, then hyphens."""
+        stem = self.flag or self.name
+        hyphens = stem.replace("_", "-")
+        return (f"--{stem}",) if hyphens == stem else (f"--{stem}", f"--{hyphens}")
+
+    @property
+    def yaml_key(self) -> str:
+        """The key in config.yaml (inside `section` for a recipe setting)."""
+        return self.keyword if self.section is not None and self.keyword else self.name
+
+    @property
+    def yaml_path(self) -> str:
+        """The key as a user reads it in messages: 'num_processes' or 'fp8_config.margin'."""
+        return f"{self.section}.{self.yaml_key}" if self.section else self.yaml_key
+
+    def check(self, value: Any, source: str) -> Any:
+        """The canonical form of a typed value (YAML, Python), or ValueError naming `source`."""
+        return self._validate(self.kind.check(value, source), source)
+
+    def parse(self, text: str, source: str) -> Any:
+        """The canonical value written as `text` (env var, flag), or ValueError naming `source`."""
+        return self._validate(self.kind.parse(text, source), source)
+
+    def format(self, value: Any) -> str:
+        """`value` as the text of its environment variable."""
+        return self.kind.format(value)
 
     def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
         """The value from the environment, or the default when the variable is unset."""
@@ -64,11 +270,116 @@ class Setting:
         text = environ.get(self.env_var)
         return self.default if text is None else self.parse(text, self.env_var)
 
+    def _validate(self, value: Any, source: str) -> Any:
+        if self.section == FP8_SECTION and self.keyword is not None:
+            return _check_recipe_field(self.keyword, value, source)
+        return value
 
-MIXED_PRECISION = Setting("mixed_precision", "mixed_precision", "no", parse_precision)
-USE_CPU = Setting("use_cpu", "cpu", False, parse_bool)
-GRADIENT_ACCUMULATION_STEPS = Setting(
-    "gradient_accumulation_steps", "gradient_accumulation_steps", 1, parse_positive_int
+
+def _check_recipe_field(field: str, value: Any, source: str) -> Any:
+    """Let FP8RecipeKwargs judge one field (its ranges and spellings live there, not here)."""
+    try:
+        recipe = FP8RecipeKwargs(**{field: value})
+    except (TypeError, ValueError) as error:
+        raise ValueError(str(error).replace(f"FP8RecipeKwargs.{field}", source)) from None
+    return getattr(recipe, field)
+
+
+# ------------------------------------------------------------------ the settings
+MIXED_PRECISION = Setting(
+    "mixed_precision", PrecisionKind(), "no", keyword="mixed_precision",
+    help="precision to train in: " + ", ".join(CANONICAL_PRECISIONS) + " (or an alias such as bf16-mixed)",
 )
+USE_CPU = Setting("use_cpu", BoolKind(), False, keyword="cpu", flag="cpu", help="train on the CPU even if a GPU is present")
+GRADIENT_ACCUMULATION_STEPS = Setting(
+    "gradient_accumulation_steps", IntKind(minimum=1), 1, keyword="gradient_accumulation_steps",
+    help="micro-batches per optimizer step",
+)
+NUM_PROCESSES = Setting("num_processes", IntKind(minimum=1), 1, help="training processes in all, over all machines")
+NUM_MACHINES = Setting("num_machines", IntKind(minimum=1), 1, help="machines taking part")
+MACHINE_RANK = Setting("machine_rank", IntKind(minimum=0), 0, help="this machine's index, 0 to num_machines - 1")
+MAIN_PROCESS_IP = Setting("main_process_ip", TextKind(), None, help="address of machine 0 (several machines)")
+MAIN_PROCESS_PORT = Setting(
+    "main_process_port", IntKind(minimum=1, maximum=65535), None,
+    help="port on machine 0 for the rendezvous (one machine: a free port when not given)",
+)
+GPU_IDS = Setting("gpu_ids", GpuIdsKind(), "all", help="GPUs to use on this machine: all, or indices such as 0,1")
 
 ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS)
+"""Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
+TOP_LEVEL_SETTINGS = (
+    MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
+    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS,
+)
+"""Top-level keys of config.yaml, in the order they are written."""
+
+_RECIPE_CHOICES: dict[str, tuple[str, ...]] = {
+    "backend": FP8_BACKENDS,
+    "fp8_format": FP8_FORMATS,
+    "amax_compute_algo": AMAX_COMPUTE_ALGOS,
+    "scaling": SCALINGS,
+    "optimization_level": OPTIMIZATION_LEVELS,
+}
+"""The accepted values of FP8RecipeKwargs' string fields (for prompts and help; it validates itself)."""
+
+
+def _recipe_kind(field: str, annotation: Any) -> Kind:
+    """The kind of an FP8RecipeKwargs field, from its type annotation."""
+    if annotation is bool:
+        return BoolKind()
+    if annotation is int:
+        return IntKind()
+    if annotation == tuple[str, ...]:
+        return PatternsKind()
+    if annotation in (str, str | None) and field in _RECIPE_CHOICES:
+        return ChoiceKind(_RECIPE_CHOICES[field], optional=annotation != str)
+    raise TypeError(f"FP8RecipeKwargs.{field}: no setting kind for the annotation {annotation!r}")
+
+
+def _recipe_settings() -> tuple[Setting, ...]:
+    """One setting per FP8RecipeKwargs field, named fp8_<field>, under fp8_config in YAML."""
+    hints = typing.get_type_hints(FP8RecipeKwargs)
+    return tuple(
+        Setting(
+            FP8_PREFIX + field.name, _recipe_kind(field.name, hints[field.name]), field.default,
+            keyword=field.name, section=FP8_SECTION, help=f"FP8 recipe: {field.name}",
+        )
+        for field in dataclasses.fields(FP8RecipeKwargs)
+    )
+
+
+FP8_SETTINGS = _recipe_settings()
+"""The recipe's settings, in FP8RecipeKwargs' field order."""
+ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS
+SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
+FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
+assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"
+
+
+def fp8_recipe_from_env(environ: Mapping[str, str] | None = None) -> FP8RecipeKwargs | None:
+    """The FP8 recipe set by ACCEL_FP8_* variables, or None when none is set.
+
+    Only the variables that are set become arguments, so `explicit_fields` names exactly
+    what the user configured. An invalid value raises ValueError naming the variable.
+    """
+    environ = os.environ if environ is None else environ
+    given = {
+        setting.yaml_key: setting.parse(environ[setting.env_var], setting.env_var)
+        for setting in FP8_SETTINGS
+        if setting.env_var in environ
+    }
+    return FP8RecipeKwargs(**given) if given else None
+
+
+def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
+    """The ACCEL_* variables for `values` (setting name -> canonical value); None values are left out."""
+    return {
+        SETTINGS_BY_NAME[name].env_var: SETTINGS_BY_NAME[name].format(value)
+        for name, value in values.items()
+        if value is not None
+    }
+
+
+def unknown_setting_error(name: str, known: list[str], where: str) -> ValueError:
+    """A ValueError for an unknown key or name, with the closest known one."""
+    return choice_error(where, name, known, hint="")

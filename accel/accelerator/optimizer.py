@@ -73,6 +73,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self.optimizer.add_param_group(param_group)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Optimizer.__setstate__ would patch this class's step with hooks the wrapped one runs.
+        self.__dict__.update(state)
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not found normally: forward them (train()/eval() of
         # schedule-free optimizers, hooks, ...). "optimizer" itself is excluded for unpickling.
