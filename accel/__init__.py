@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from accel._version import __version__
+from accel._warnings import PrecisionWarning
 
 if TYPE_CHECKING:
     from accel.accelerator import Accelerator
@@ -30,7 +31,7 @@ _EXPORTS = {
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
