@@ -19,7 +19,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from accel._validation import check_choice, choice_error
+from accel._validation import check_choice
 from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
 from accel.kwargs_handlers.fp8 import (
     AMAX_COMPUTE_ALGOS,
@@ -33,6 +33,8 @@ from accel.kwargs_handlers.fp8 import (
 ENV_PREFIX = "ACCEL_"
 FP8_SECTION = "fp8_config"
 """The YAML mapping that holds the FP8 recipe."""
+RECIPE_PRECISION = "fp8"
+"""The precision that reads the fp8_config section."""
 FP8_PREFIX = "fp8_"
 """The prefix that turns an FP8RecipeKwargs field into a setting name (flag and env var stem)."""
 
@@ -58,8 +60,9 @@ def _rejected(source: str, value: object, accepted: str) -> ValueError:
 class Kind:
     """How the values of one kind of setting are checked, parsed from text and written as text.
 
-    `check` takes a typed value (from YAML or Python), `parse` takes text (from an environment
-    variable or a flag); both return the canonical value or raise ValueError naming `source`.
+    `from_text` turns text (an environment variable, a flag) into a typed value; `check` turns
+    a typed value (from YAML, Python or `from_text`) into the canonical one. Both raise
+    ValueError naming `source`.
     """
 
     accepted: str = "any value"
@@ -69,9 +72,9 @@ class Kind:
         """The canonical form of `value`, or ValueError."""
         return value
 
-    def parse(self, text: str, source: str) -> Any:
-        """The canonical value written as `text`, or ValueError."""
-        return self.check(text, source)
+    def from_text(self, text: str, source: str) -> Any:
+        """The typed value written as `text`, or ValueError when it is not of this kind."""
+        return text
 
     def format(self, value: Any) -> str:
         """`value` as the text that `parse` reads back."""
@@ -88,22 +91,21 @@ class IntKind(Kind):
     @property
     def accepted(self) -> str:  # type: ignore[override]
         if self.minimum is not None and self.maximum is not None:
-            return f"an integer from {self.minimum} to {self.maximum}"
-        return "an integer" if self.minimum is None else f"an integer >= {self.minimum}"
+            return f"an int from {self.minimum} to {self.maximum}"
+        return "an int" if self.minimum is None else f"an int >= {self.minimum}"
 
     def check(self, value: Any, source: str) -> int:
-        low_ok = self.minimum is None or (isinstance(value, int) and value >= self.minimum)
-        high_ok = self.maximum is None or (isinstance(value, int) and value <= self.maximum)
-        if isinstance(value, bool) or not isinstance(value, int) or not (low_ok and high_ok):
-            raise _rejected(source, value, self.accepted)
+        too_low = self.minimum is not None and isinstance(value, int) and value < self.minimum
+        too_high = self.maximum is not None and isinstance(value, int) and value > self.maximum
+        if isinstance(value, bool) or not isinstance(value, int) or too_low or too_high:
+            raise ValueError(f"{source}={value!r} must be {self.accepted}.")
         return value
 
-    def parse(self, text: str, source: str) -> int:
+    def from_text(self, text: str, source: str) -> int:
         try:
-            value = int(text.strip())
+            return int(text.strip())
         except ValueError:
-            raise _rejected(source, text, self.accepted) from None
-        return self.check(value, source)
+            raise ValueError(f"{source}={text!r} is not an integer; it must be {self.accepted}.") from None
 
 
 class BoolKind(Kind):
@@ -116,7 +118,7 @@ class BoolKind(Kind):
             raise _rejected(source, value, self.accepted)
         return value
 
-    def parse(self, text: str, source: str) -> bool:
+    def from_text(self, text: str, source: str) -> bool:
         return parse_bool(text, source)
 
     def format(self, value: Any) -> str:
@@ -149,9 +151,9 @@ class ChoiceKind(Kind):
             return None
         return check_choice(source, value, self.choices)
 
-    def parse(self, text: str, source: str) -> str | None:
+    def from_text(self, text: str, source: str) -> str | None:
         stripped = text.strip()
-        return self.check(None if stripped.lower() in ("", "none") else stripped, source)
+        return None if self.optional and stripped.lower() in ("", "none") else stripped
 
     def format(self, value: Any) -> str:
         return "" if value is None else str(value)
@@ -205,7 +207,7 @@ class PatternsKind(Kind):
             raise _rejected(source, value, self.accepted)
         return tuple(value)
 
-    def parse(self, text: str, source: str) -> tuple[str, ...]:
+    def from_text(self, text: str, source: str) -> tuple[str, ...]:
         return tuple(part.strip() for part in text.split(",") if part.strip())
 
     def format(self, value: Any) -> str:
@@ -218,14 +220,15 @@ class Setting:
     """One setting: its name (YAML key and flag/env stem), kind, default and keyword.
 
     `keyword` is the Accelerator's keyword argument (or, for a recipe setting, the
-    FP8RecipeKwargs field); None for a setting only the launcher uses. `flag` overrides the
-    flag's stem where another spelling is established (`--cpu` for use_cpu).
+    FP8RecipeKwargs field); empty for a setting only the launcher uses. `flag` overrides the
+    flag's stem where another spelling is established (`--cpu` for use_cpu). A recipe setting
+    has no `help`: its field's docstring in FP8RecipeKwargs says what it means.
     """
 
     name: str
     kind: Kind
     default: Any
-    keyword: str | None = None
+    keyword: str = ""
     help: str = ""
     flag: str | None = None
     section: str | None = None
@@ -245,7 +248,7 @@ class Setting:
     @property
     def yaml_key(self) -> str:
         """The key in config.yaml (inside `section` for a recipe setting)."""
-        return self.keyword if self.section is not None and self.keyword else self.name
+        return self.keyword if self.section is not None else self.name
 
     @property
     def yaml_path(self) -> str:
@@ -254,11 +257,13 @@ class Setting:
 
     def check(self, value: Any, source: str) -> Any:
         """The canonical form of a typed value (YAML, Python), or ValueError naming `source`."""
-        return self._validate(self.kind.check(value, source), source)
+        if self.section == FP8_SECTION:
+            return _check_recipe_field(self.yaml_key, value, source)
+        return self.kind.check(value, source)
 
     def parse(self, text: str, source: str) -> Any:
         """The canonical value written as `text` (env var, flag), or ValueError naming `source`."""
-        return self._validate(self.kind.parse(text, source), source)
+        return self.check(self.kind.from_text(text, source), source)
 
     def format(self, value: Any) -> str:
         """`value` as the text of its environment variable."""
@@ -270,14 +275,9 @@ class Setting:
         text = environ.get(self.env_var)
         return self.default if text is None else self.parse(text, self.env_var)
 
-    def _validate(self, value: Any, source: str) -> Any:
-        if self.section == FP8_SECTION and self.keyword is not None:
-            return _check_recipe_field(self.keyword, value, source)
-        return value
-
 
 def _check_recipe_field(field: str, value: Any, source: str) -> Any:
-    """Let FP8RecipeKwargs judge one field (its ranges and spellings live there, not here)."""
+    """Let FP8RecipeKwargs judge one field: its types, ranges and spellings live there, not here."""
     try:
         recipe = FP8RecipeKwargs(**{field: value})
     except (TypeError, ValueError) as error:
@@ -307,6 +307,8 @@ GPU_IDS = Setting("gpu_ids", GpuIdsKind(), "all", help="GPUs to use on this mach
 
 ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS)
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
+LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS)
+"""Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS,
@@ -337,12 +339,16 @@ def _recipe_kind(field: str, annotation: Any) -> Kind:
 
 
 def _recipe_settings() -> tuple[Setting, ...]:
-    """One setting per FP8RecipeKwargs field, named fp8_<field>, under fp8_config in YAML."""
+    """One setting per FP8RecipeKwargs field, under fp8_config in YAML.
+
+    Its name is fp8_<field>, without a doubled prefix: the field fp8_format gives
+    `--fp8_format` and ACCEL_FP8_FORMAT (Accelerate's spellings), not ACCEL_FP8_FP8_FORMAT.
+    """
     hints = typing.get_type_hints(FP8RecipeKwargs)
     return tuple(
         Setting(
-            FP8_PREFIX + field.name, _recipe_kind(field.name, hints[field.name]), field.default,
-            keyword=field.name, section=FP8_SECTION, help=f"FP8 recipe: {field.name}",
+            FP8_PREFIX + field.name.removeprefix(FP8_PREFIX), _recipe_kind(field.name, hints[field.name]), field.default,
+            keyword=field.name, section=FP8_SECTION,
         )
         for field in dataclasses.fields(FP8RecipeKwargs)
     )
@@ -379,7 +385,3 @@ def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
         if value is not None
     }
 
-
-def unknown_setting_error(name: str, known: list[str], where: str) -> ValueError:
-    """A ValueError for an unknown key or name, with the closest known one."""
-    return choice_error(where, name, known, hint="")

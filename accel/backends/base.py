@@ -71,6 +71,9 @@ class PrecisionBackend:
         """The context in which `accelerator.init_module()` builds a model. Default: none."""
         return contextlib.nullcontext()
 
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Raise if `optimizer` cannot work in this precision (called by prepare). Default: accept."""
+
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Run the backward pass for `loss`."""
         loss.backward(**kwargs)

@@ -79,6 +79,17 @@ class HalfTrue(TruePrecision):
     name = "16-true"
     param_dtype = compute_dtype = torch.float16
 
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Refuse an `eps` that fp16 rounds to 0: Adam would divide 0 by 0 and write NaN into the weights."""
+        for index, group in enumerate(optimizer.param_groups):
+            eps = group.get("eps")
+            if isinstance(eps, float) and eps > 0 and torch.tensor(eps, dtype=torch.float16) == 0:
+                raise ValueError(
+                    f"{type(optimizer).__name__} param_groups[{index}]['eps']={eps!r} rounds to 0 in fp16, so with "
+                    "mixed_precision='16-true' any gradient entry that is exactly 0 makes its weight NaN. "
+                    "Use eps >= 1e-7 (1e-6 is common for fp16), or mixed_precision='fp16'."
+                )
+
 
 class BF16True(TruePrecision):
     """bf16-true: bf16 weights and compute."""

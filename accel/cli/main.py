@@ -1,11 +1,19 @@
-"""`accel` and `python -m accel`: the entry point of the command line."""
+"""`accel` and `python -m accel`: the entry point of the command line.
+
+Subcommands are registered from their modules, which import torch, questionary and yaml only
+when they run, so that `accel --help` answers at once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from accel._version import __version__
+from accel.cli import config_command, env, launch, selftest
+from accel.cli.arguments import Parser
+from accel.cli.errors import CANCELLED, CliError
 
 DESCRIPTION = (
     "accel runs an ordinary PyTorch training script in the precision you ask for "
@@ -14,15 +22,31 @@ DESCRIPTION = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser."""
-    parser = argparse.ArgumentParser(prog="accel", description=DESCRIPTION)
+    """The top-level parser, with one subparser per command."""
+    parser = Parser(prog="accel", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accel {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test}")
+    for command in (config_command, launch, env, selftest):
+        command.add_parser(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status. Bad input is one line on stderr, never a traceback."""
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    command = "accel"
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        command = getattr(args, "command", command)
+        if unknown:
+            raise CliError(f"unrecognized arguments: {' '.join(unknown)} (see `{command} --help`)")
+        if not hasattr(args, "handler"):
+            parser.print_help()
+            return 0
+        return int(args.handler(args))
+    except CliError as error:
+        print(f"{error.command or command}: {error}", file=sys.stderr, flush=True)
+        return error.status
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr, flush=True)
+        return CANCELLED

@@ -24,14 +24,24 @@ H = TypeVar("H", bound=KwargsHandler)
 
 @dataclasses.dataclass(frozen=True)
 class Handlers:
-    """The handlers a user gave, by type. `get` returns the default instance for one not given."""
+    """The handlers a user gave, by type, and those the environment supplies.
+
+    `get` prefers the user's handler, then the environment's (`accel launch` passes an FP8
+    recipe as ACCEL_FP8_* variables), then the type's defaults. `has` counts only the user's.
+    """
 
     given: dict[type[KwargsHandler], KwargsHandler] = dataclasses.field(default_factory=dict)
+    environment: dict[type[KwargsHandler], KwargsHandler] = dataclasses.field(default_factory=dict)
 
     def get(self, kind: type[H]) -> H:
-        """The handler of type `kind` the user gave, else `kind()` with its defaults."""
-        handler = self.given.get(kind)
+        """The handler of type `kind` the user gave, else the environment's, else `kind()`."""
+        handler = self.given.get(kind) or self.environment.get(kind)
         return handler if handler is not None else kind()  # type: ignore[return-value]
+
+    def with_environment(self, *handlers: KwargsHandler | None) -> Handlers:
+        """A copy that falls back on `handlers` (None entries are ignored) for types not given."""
+        environment = {type(h): h for h in handlers if h is not None}
+        return dataclasses.replace(self, environment=environment)
 
     def has(self, kind: type[KwargsHandler]) -> bool:
         """Whether the user gave a handler of type `kind`."""

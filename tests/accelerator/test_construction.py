@@ -110,3 +110,22 @@ def test_gradient_accumulation_steps_setter_validates() -> None:
     assert accelerator.gradient_accumulation_steps == 3
     with pytest.raises(ValueError, match="gradient_accumulation_steps=0"):
         accelerator.gradient_accumulation_steps = 0
+
+
+def test_fp8_recipe_from_the_environment_is_used_only_as_a_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_FP8_MARGIN", "2")
+    accelerator = Accelerator(mixed_precision="bf16")  # the recipe is not a user-given handler here
+    assert accelerator.handlers.get(FP8RecipeKwargs).margin == 2
+    assert not accelerator.handlers.has(FP8RecipeKwargs)
+
+
+def test_fp8_recipe_in_code_wins_over_the_environment_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_FP8_MARGIN", "2")
+    with pytest.warns(UserWarning, match="overrides the recipe from ACCEL_FP8_"), pytest.raises(NotImplementedError):
+        Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(margin=1)])
+
+
+def test_bad_fp8_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_FP8_AMAX_HISTORY_LEN", "zero")
+    with pytest.raises(ValueError, match="ACCEL_FP8_AMAX_HISTORY_LEN='zero'"):
+        Accelerator()

@@ -62,3 +62,23 @@ def test_prepared_true_precision_model_pickles() -> None:
     clone = pickle.loads(pickle.dumps(model))
     x = torch.randn(3, 4)
     assert torch.equal(clone(x), model(x))
+
+
+def test_16_true_refuses_an_adam_eps_that_rounds_to_zero() -> None:
+    accelerator = Accelerator(mixed_precision="16-true")
+    model = accelerator.prepare(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['eps'\]=1e-08 rounds to 0 in fp16"):
+        accelerator.prepare(torch.optim.Adam(model.parameters()))
+    optimizer = accelerator.prepare(torch.optim.Adam(model.parameters(), eps=1e-6))
+    x = torch.zeros(2, 4)
+    x[:, 0] = 1.0  # weight columns 1-3 get exactly zero gradient
+    accelerator.backward(model(x).pow(2).mean())
+    optimizer.step()
+    assert torch.isfinite(model.weight).all()
+
+
+def test_other_true_precisions_accept_default_adam() -> None:
+    for name in ("bf16-true", "64-true"):
+        accelerator = Accelerator(mixed_precision=name)
+        model = accelerator.prepare(nn.Linear(2, 2))
+        accelerator.prepare(torch.optim.Adam(model.parameters()))

@@ -1,0 +1,97 @@
+"""Read a Hugging Face Accelerate config.yaml: keep what accel understands, name the rest once.
+
+Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
+(backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
+the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`. Keys that only mean
+something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
+otherwise named in one warning, so that nothing is ignored without a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from accel.cli.errors import warn
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.settings import FP8_SECTION, FP8_SETTINGS_BY_KEY, TOP_LEVEL_SETTINGS
+
+_MARKERS = frozenset({"distributed_type", "compute_environment", "main_training_function", "downcast_bf16"})
+"""Top-level keys only Accelerate writes."""
+_UPPER_CASE_BACKENDS = frozenset({"TE", "MSAMP", "AO"})
+
+_INERT: dict[str, tuple[Any, ...]] = {
+    "compute_environment": ("LOCAL_MACHINE",),
+    "debug": (False,),
+    "downcast_bf16": ("no", False),
+    "enable_cpu_affinity": (False,),
+    "main_training_function": ("main",),
+    "rdzv_backend": ("static",),
+    "same_network": (True,),
+    "tpu_use_cluster": (False,),
+    "tpu_use_sudo": (False,),
+    "use_mps_device": (False,),
+    "dynamo_backend": ("NO", "no"),
+    "interval": (1,),
+    "override_linear_precision": ([False, False, False],),
+}
+"""Accelerate keys that change nothing at these values, so dropping them needs no warning."""
+
+_DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {"NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}}
+"""distributed_type values accel runs, and the settings each implies (over the file's own, as in Accelerate)."""
+
+_ACCEL_KEYS = frozenset(s.yaml_key for s in TOP_LEVEL_SETTINGS) | {FP8_SECTION}
+
+
+def looks_like_accelerate(data: Mapping[Any, Any]) -> bool:
+    """Whether `data` was written by Accelerate (its own top-level keys, or its FP8 spellings)."""
+    if _MARKERS & set(data):
+        return True
+    recipe = data.get(FP8_SECTION)
+    if not isinstance(recipe, dict):
+        return False
+    return recipe.get("backend") in _UPPER_CASE_BACKENDS or bool(set(FP8RecipeKwargs.aliases) & set(recipe))
+
+
+def translate(data: Mapping[Any, Any], path: Path, command: str) -> dict[str, Any]:
+    """accel's mapping for Accelerate's `data`; warns once naming every key it drops that would matter."""
+    result: dict[str, Any] = {}
+    dropped: list[str] = []
+    implied: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _ACCEL_KEYS:
+            result[key] = value
+        elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
+            implied = _DISTRIBUTED_TYPES[str(value).upper()]
+        elif not _is_inert(key, value):
+            dropped.append(_describe(str(key), value))
+    result.update(implied)
+    if isinstance(result.get(FP8_SECTION), dict):
+        result[FP8_SECTION] = _translate_recipe(result[FP8_SECTION], dropped)
+    if dropped:
+        warn(command, f"{path} is an Accelerate config; ignoring what has no meaning in accel: {', '.join(dropped)}")
+    return result
+
+
+def _translate_recipe(recipe: Mapping[Any, Any], dropped: list[str]) -> dict[str, Any]:
+    """Keep the recipe keys accel knows (in either spelling); record the Accelerate-only ones in `dropped`."""
+    known = set(FP8_SETTINGS_BY_KEY) | set(FP8RecipeKwargs.aliases)
+    kept: dict[str, Any] = {}
+    for key, value in recipe.items():
+        if key in known:
+            kept[key] = value
+        elif not _is_inert(key, value):
+            dropped.append(_describe(f"{FP8_SECTION}.{key}", value))
+    return kept
+
+
+def _is_inert(key: object, value: Any) -> bool:
+    """True for a key at a value that changes nothing (an empty section, or a known do-nothing value)."""
+    if value is None or value == [] or value == {}:
+        return True
+    return isinstance(key, str) and value in _INERT.get(key, ())
+
+
+def _describe(key: str, value: Any) -> str:
+    return f"{key}={value}" if isinstance(value, (str, int, float, bool)) else key

@@ -1,0 +1,40 @@
+"""What a setting means, in words, for `--help` and the wizard's questions.
+
+A top-level setting carries its own help; an FP8 recipe setting is described by the docstring
+written under its field in FP8RecipeKwargs, so the words live next to the field they describe.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.settings import Setting
+
+
+def describe(setting: Setting) -> str:
+    """The setting's help, else its FP8RecipeKwargs field's docstring, else its YAML path."""
+    if setting.help:
+        return setting.help
+    return _recipe_field_docs().get(setting.yaml_key, f"FP8 recipe field {setting.yaml_key}")
+
+
+@functools.cache
+def _recipe_field_docs() -> dict[str, str]:
+    """The string literal under each field of FP8RecipeKwargs ({} when the source is not available)."""
+    try:
+        body = ast.parse(textwrap.dedent(inspect.getsource(FP8RecipeKwargs))).body[0].body  # type: ignore[attr-defined]
+    except (OSError, TypeError, IndexError, AttributeError):
+        return {}
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = following.value.value
+    return docs

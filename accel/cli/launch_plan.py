@@ -1,0 +1,151 @@
+"""Decide what `accel launch` runs: flags over the config file over the defaults, checked once.
+
+The result, a LaunchPlan, says how many processes on how many machines, on CPU or GPU, and the
+environment the script gets. Anything that cannot work is refused here with the reason, before
+a process starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from accel.cli.config_file import ConfigFile
+from accel.cli.errors import CliError, warn
+from accel.settings import (
+    FP8_SETTINGS,
+    LAUNCHER_SETTINGS,
+    MIXED_PRECISION,
+    RECIPE_PRECISION,
+    SETTINGS_BY_NAME,
+    USE_CPU,
+    to_environment,
+)
+
+DEFAULT_PORT = 29500
+"""The rendezvous port on machine 0 when several machines run and none was given (torchrun's default)."""
+_RECIPE_NAMES = frozenset(s.name for s in FP8_SETTINGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """What to start: the settings in force, the process layout and the script's environment."""
+
+    values: dict[str, Any]
+    processes_per_machine: int
+    use_cpu: bool
+    env: dict[str, str]
+
+    def get(self, name: str) -> Any:
+        """The value in force for setting `name` (given, else its default)."""
+        return self.values.get(name, SETTINGS_BY_NAME[name].default)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether torch.distributed.run starts the processes (more than one, or several machines)."""
+        return self.processes_per_machine > 1 or self.get("num_machines") > 1
+
+
+def plan_launch(
+    flags: Mapping[str, Any], config: ConfigFile, command: str, gpus: Callable[[], int], cores: int
+) -> LaunchPlan:
+    """Merge `flags` over `config`, check the world size, and build the script's environment.
+
+    `gpus` is called only when the answer matters (it imports torch).
+    """
+    values = _merge(flags, config, command)
+    per_machine = _processes_per_machine(values)
+    use_cpu = _decide_device(values, per_machine, gpus, command)
+    plan = LaunchPlan(values, per_machine, use_cpu, {})
+    return dataclasses.replace(plan, env=_environment(plan, cores))
+
+
+def _merge(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[str, Any]:
+    """Flags over the config file; recipe values only when the precision in force reads them."""
+    values = {**config.values, **flags}
+    precision = values.get(MIXED_PRECISION.name, MIXED_PRECISION.default)
+    if precision == RECIPE_PRECISION:
+        return values
+    refuse_recipe_flags(flags, precision)
+    recipe_keys = [s.yaml_path for s in FP8_SETTINGS if s.name in config.values]
+    if recipe_keys:
+        warn(command, f"{', '.join(recipe_keys)} from {config.path} not used: mixed_precision is {precision!r}")
+    return {name: value for name, value in values.items() if name not in _RECIPE_NAMES}
+
+
+def refuse_recipe_flags(flags: Mapping[str, Any], precision: str) -> None:
+    """Refuse --fp8_* flags for a precision other than fp8: nothing would read them."""
+    recipe_flags = [s.flags[0] for s in FP8_SETTINGS if s.name in flags]
+    if recipe_flags and precision != RECIPE_PRECISION:
+        raise CliError(
+            f"conflicting flags: {', '.join(recipe_flags)} set the FP8 recipe, which only mixed_precision "
+            f"{RECIPE_PRECISION!r} reads, but mixed_precision is {precision!r}; add --mixed_precision fp8 or drop them"
+        )
+
+
+def _processes_per_machine(values: Mapping[str, Any]) -> int:
+    """Processes on each machine; refuses a layout torchrun cannot start."""
+    processes = values.get("num_processes", 1)
+    machines = values.get("num_machines", 1)
+    rank = values.get("machine_rank", 0)
+    if rank >= machines:
+        raise CliError(f"machine_rank {rank} is out of range for num_machines {machines}: it must be 0 to {machines - 1}")
+    if processes % machines:
+        raise CliError(
+            f"num_processes {processes} (processes in all) cannot be split evenly over num_machines {machines}; "
+            f"use a multiple of {machines}"
+        )
+    if machines > 1 and not values.get("main_process_ip"):
+        raise CliError(f"num_machines {machines} needs main_process_ip: the address of machine 0, which every machine joins")
+    return processes // machines
+
+
+def _decide_device(values: Mapping[str, Any], per_machine: int, gpus: Callable[[], int], command: str) -> bool:
+    """True to train on the CPU; refuses more GPU processes than GPUs, and GPU ids that do not exist.
+
+    Without a GPU, processes run on the CPU, as the Accelerator would choose; asking for
+    particular GPUs there is refused instead.
+    """
+    gpu_ids = values.get("gpu_ids", "all")
+    if values.get(USE_CPU.name, False):
+        if gpu_ids != "all":
+            warn(command, f"gpu_ids {gpu_ids} not used: use_cpu is true")
+        return True
+    if per_machine == 1 and gpu_ids == "all":
+        return False
+    available = gpus()
+    if available == 0 and gpu_ids == "all":
+        return True
+    chosen = available if gpu_ids == "all" else _check_gpu_ids(gpu_ids, available)
+    if per_machine > chosen:
+        raise CliError(
+            f"{per_machine} GPU processes per machine but {chosen} GPU(s) to run them (gpu_ids {gpu_ids}, "
+            f"{available} visible): use at most {chosen} processes per machine, or --cpu"
+        )
+    return False
+
+
+def _check_gpu_ids(gpu_ids: str, available: int) -> int:
+    ids = [int(i) for i in gpu_ids.split(",")]
+    missing = [i for i in ids if i >= available]
+    if missing:
+        visible = f"{available} visible: 0 to {available - 1}" if available else "none visible; use --cpu"
+        raise CliError(f"gpu_ids {gpu_ids}: no GPU {missing[0]} here ({visible})")
+    return len(ids)
+
+
+def _environment(plan: LaunchPlan, cores: int) -> dict[str, str]:
+    """ACCEL_* for every setting given plus every launcher setting in force; device and thread variables."""
+    given = {name: value for name, value in plan.values.items() if SETTINGS_BY_NAME[name] not in LAUNCHER_SETTINGS}
+    given.update({s.name: plan.get(s.name) for s in LAUNCHER_SETTINGS})
+    if plan.use_cpu and plan.distributed:
+        given[USE_CPU.name] = True
+    env = to_environment(given)
+    if not plan.use_cpu and plan.get("gpu_ids") != "all":
+        env["CUDA_VISIBLE_DEVICES"] = plan.get("gpu_ids")
+    if plan.distributed and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, cores // plan.processes_per_machine))
+    return env
+

@@ -1,0 +1,78 @@
+"""Start the script's processes and hand back its exit status, with one line when it fails.
+
+One process: `python script args` as a child. Several: `python -m accel.cli.distributed_run`
+with torch.distributed.run's own arguments; that wrapper runs torchrun and reports a failing
+rank in one line instead of torchrun's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from accel.cli.launch_plan import DEFAULT_PORT, LaunchPlan
+
+_FORWARDED = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+
+
+def failure_line(label: str, status: int, where: str = "") -> str:
+    """'accel launch: train.py exited with status 3' (or 'was killed by SIGKILL'), plus where."""
+    if status < 0:
+        try:
+            what = f"was stopped by {signal.Signals(-status).name}"
+        except ValueError:
+            what = f"was stopped by signal {-status}"
+    else:
+        what = f"exited with status {status}"
+    return f"accel launch: {label} {what}{where}"
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as a shell exit status (killed by signal N -> 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def script_command(target: Sequence[str], module: bool) -> list[str]:
+    """The interpreter command that runs the user's script (or module) with its arguments."""
+    return [sys.executable, *(["-m"] if module else []), *target]
+
+
+def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> list[str]:
+    """`python -m accel.cli.distributed_run <torch.distributed.run arguments> script args`."""
+    layout = ["--nproc_per_node", str(plan.processes_per_machine)]
+    port = plan.get("main_process_port")
+    machines = plan.get("num_machines")
+    if machines == 1 and port is None:
+        rendezvous = ["--standalone"]
+    else:
+        rendezvous = [
+            "--nnodes", str(machines), "--node_rank", str(plan.get("machine_rank")),
+            "--master_addr", plan.get("main_process_ip") or "127.0.0.1",
+            "--master_port", str(port if port is not None else DEFAULT_PORT),
+        ]
+    return [sys.executable, "-m", "accel.cli.distributed_run", *rendezvous, *layout,
+            *(["--module"] if module else []), *target]
+
+
+def run_child(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run `command` with `env` added to this environment; its return code (negative: killed by that signal).
+
+    Ctrl-C reaches the child from the terminal, so this process only waits for it; SIGTERM and
+    SIGHUP sent to this process are passed on.
+    """
+    child = subprocess.Popen(list(command), env={**os.environ, **env})
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in _FORWARDED}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        return child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,197 @@
+"""`accel launch` with real processes: settings reach the script, its exit status comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from accel.cli.processes import torchrun_command
+from accel.cli.launch_plan import LaunchPlan
+
+
+def reports(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    """The JSON lines show_env.py printed, one per process, in rank order."""
+    lines = [line[5:] for line in result.stdout.splitlines() if line.startswith("SHOW ")]
+    try:
+        found = [json.loads(line) for line in lines]
+    except json.JSONDecodeError:
+        raise AssertionError(f"unreadable output: {result.stdout!r} (stderr {result.stderr!r})") from None
+    return sorted(found, key=lambda r: int(r["env"].get("RANK", 0)))
+
+
+def test_one_process_gets_flags_and_arguments(run_accel, show_env_script: Path) -> None:
+    result = run_accel("launch", "--mixed-precision", "BF16-mixed", "--gradient_accumulation_steps", "4",
+                       str(show_env_script), "--lr", "3", "--num_processes", "5")
+    assert result.returncode == 0, result.stderr
+    [report] = reports(result)
+    assert report["argv"] == ["--lr", "3", "--num_processes", "5"]  # after the script: the script's own
+    env = report["env"]
+    assert env["ACCEL_MIXED_PRECISION"] == "bf16"
+    assert env["ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "4"
+    assert env["ACCEL_NUM_PROCESSES"] == "1"
+    assert "RANK" not in env and "ACCEL_USE_CPU" not in env  # not given, not distributed
+
+
+def test_flags_override_the_config_file_which_overrides_defaults(run_accel, show_env_script: Path,
+                                                                  tmp_path: Path) -> None:
+    default_config = tmp_path / "xdg" / "accel" / "config.yaml"
+    default_config.parent.mkdir(parents=True)
+    default_config.write_text("mixed_precision: fp16\ngradient_accumulation_steps: 2\n")
+    [report] = reports(run_accel("launch", "--mixed_precision", "bf16", str(show_env_script)))
+    assert report["env"]["ACCEL_MIXED_PRECISION"] == "bf16"
+    assert report["env"]["ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "2"
+
+
+def test_child_exit_status_is_accels_with_one_line(run_accel, show_env_script: Path) -> None:
+    result = run_accel("launch", str(show_env_script), extra_env={"EXIT_STATUS": "3"})
+    assert result.returncode == 3
+    assert result.stderr.strip() == "accel launch: show_env.py exited with status 3"
+
+
+def test_child_traceback_is_shown_once(run_accel, tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("raise RuntimeError('boom')\n")
+    result = run_accel("launch", str(script))
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback") == 1
+    assert result.stderr.strip().splitlines()[-1] == "accel launch: crash.py exited with status 1"
+
+
+def test_module(run_accel, tmp_path: Path) -> None:
+    (tmp_path / "trainpkg").mkdir()
+    (tmp_path / "trainpkg" / "__init__.py").write_text("")
+    (tmp_path / "trainpkg" / "train.py").write_text(
+        "import os, sys\nprint('MODULE', sys.argv[1:], os.environ['ACCEL_MIXED_PRECISION'])\n"
+    )
+    result = run_accel("launch", "--mixed_precision", "fp16", "-m", "trainpkg.train", "x",
+                       extra_env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "MODULE ['x'] fp16" in result.stdout
+
+
+def test_two_cpu_processes(run_accel, show_env_script: Path) -> None:
+    result = run_accel("launch", "--num_processes", "2", "--cpu", "--mixed_precision", "bf16", str(show_env_script), "a")
+    assert result.returncode == 0, result.stderr
+    ranks = reports(result)
+    assert [r["env"]["RANK"] for r in ranks] == ["0", "1"]
+    cores = len(os.sched_getaffinity(0))
+    for report in ranks:
+        env = report["env"]
+        assert report["argv"] == ["a"]
+        assert env["WORLD_SIZE"] == "2" and env["ACCEL_NUM_PROCESSES"] == "2"
+        assert env["ACCEL_USE_CPU"] == "true" and env["ACCEL_MIXED_PRECISION"] == "bf16"
+        assert env["OMP_NUM_THREADS"] == str(max(1, cores // 2))
+
+
+def test_two_processes_failure_is_one_line_with_the_rank(run_accel, show_env_script: Path) -> None:
+    result = run_accel("launch", "--num_processes", "2", "--cpu", str(show_env_script),
+                       extra_env={"EXIT_STATUS": "5", "FAIL_ON_RANK": "1", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 5
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == "accel launch: show_env.py exited with status 5 (rank 1 of 2)"
+    assert all(r["env"]["OMP_NUM_THREADS"] == "1" for r in reports(result))  # the user's own setting wins
+
+
+def test_torchrun_arguments() -> None:
+    """One machine without a port: standalone rendezvous; several machines: the given rendezvous."""
+    one = LaunchPlan({"num_processes": 2}, processes_per_machine=2, use_cpu=True, env={})
+    assert torchrun_command(one, ["t.py"], module=False)[3:] == ["--standalone", "--nproc_per_node", "2", "t.py"]
+    values = {"num_processes": 4, "num_machines": 2, "machine_rank": 1, "main_process_ip": "10.0.0.1",
+              "main_process_port": 29501}
+    two = LaunchPlan(values, processes_per_machine=2, use_cpu=True, env={})
+    assert torchrun_command(two, ["-x"], module=True)[3:] == [
+        "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "29501",
+        "--nproc_per_node", "2", "--module", "-x",
+    ]
+
+
+ACCELERATE_CONFIG = """\
+compute_environment: LOCAL_MACHINE
+debug: false
+distributed_type: MULTI_CPU
+downcast_bf16: 'no'
+enable_cpu_affinity: false
+fp8_config:
+  amax_compute_algorithm: most_recent
+  amax_history_length: 16
+  backend: TE
+  fp8_format: E4M3
+  interval: 1
+  override_linear_precision: [false, false, false]
+  optimization_level: O2
+machine_rank: 0
+main_training_function: main
+mixed_precision: fp8
+num_machines: 1
+num_processes: 1
+rdzv_backend: static
+same_network: true
+tpu_env: []
+tpu_use_cluster: false
+tpu_use_sudo: false
+use_cpu: false
+"""
+
+
+def test_accelerate_config_is_mapped_silently_when_nothing_is_lost(run_accel, show_env_script: Path,
+                                                                   tmp_path: Path) -> None:
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(ACCELERATE_CONFIG)
+    result = run_accel("launch", "--config_file", str(config), str(show_env_script))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    env = reports(result)[0]["env"]
+    assert env["ACCEL_FP8_BACKEND"] == "te"
+    assert env["ACCEL_FP8_AMAX_HISTORY_LEN"] == "16"
+    assert env["ACCEL_FP8_AMAX_COMPUTE_ALGO"] == "most_recent"
+    assert env["ACCEL_FP8_OPTIMIZATION_LEVEL"] == "O2"
+    assert env["ACCEL_FP8_FORMAT"] == "E4M3"
+    assert env["ACCEL_USE_CPU"] == "true"  # MULTI_CPU
+
+
+def test_accelerate_config_names_what_is_lost_in_one_warning(run_accel, show_env_script: Path, tmp_path: Path) -> None:
+    text = ACCELERATE_CONFIG.replace("distributed_type: MULTI_CPU", "distributed_type: FSDP")
+    text = text.replace("  interval: 1", "  interval: 2") + "dynamo_config:\n  dynamo_backend: INDUCTOR\n"
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(text)
+    result = run_accel("launch", "--config_file", str(config), str(show_env_script))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        f"accel launch: warning: {config} is an Accelerate config; ignoring what has no meaning in accel: "
+        "distributed_type=FSDP, dynamo_config, fp8_config.interval=2"
+    )
+
+
+def test_recipe_in_config_unused_for_another_precision_is_named(run_accel, show_env_script: Path,
+                                                                tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("mixed_precision: fp8\nfp8_config:\n  margin: 1\n")
+    result = run_accel("launch", "--config_file", str(config), "--mixed_precision", "bf16", str(show_env_script))
+    assert result.returncode == 0
+    assert result.stderr.strip() == f"accel launch: warning: fp8_config.margin from {config} not used: mixed_precision is 'bf16'"
+    assert "ACCEL_FP8_MARGIN" not in reports(result)[0]["env"]
+
+
+def test_rendezvous_failure_is_one_line(run_accel, show_env_script: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        result = run_accel("launch", "--cpu", "--num_processes", "2", "--main_process_port", port, str(show_env_script))
+    assert result.returncode == 1
+    line = result.stderr.strip()
+    assert "Traceback" not in line and len(line.splitlines()) == 1
+    assert line.startswith("accel launch: torch.distributed.run could not start show_env.py: DistNetworkError")
+
+
+def test_child_killed_by_a_signal(run_accel, tmp_path: Path) -> None:
+    script = tmp_path / "killed.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    result = run_accel("launch", str(script))
+    assert result.returncode == 128 + 15
+    assert result.stderr.strip() == "accel launch: killed.py was stopped by SIGTERM"
