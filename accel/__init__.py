@@ -14,6 +14,7 @@ from accel._warnings import PrecisionWarning
 
 if TYPE_CHECKING:
     from accel.accelerator import Accelerator
+    from accel.accelerator.checkpointing import ProjectConfiguration
     from accel.kwargs_handlers import (
         AutocastKwargs,
         DistributedDataParallelKwargs,
@@ -29,6 +30,7 @@ _EXPORTS = {
     "FP8RecipeKwargs": "accel.kwargs_handlers",
     "GradScalerKwargs": "accel.kwargs_handlers",
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
+    "ProjectConfiguration": "accel.accelerator.checkpointing",
 }
 
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]

@@ -1,4 +1,5 @@
-"""PreparedDataLoader: batches on the right device, and the end of an epoch made visible."""
+"""PreparedDataLoader: batches on the right device, the end of an epoch made visible, and a
+position that a checkpoint can save and resume from."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from torch.utils.data import DataLoader
 from accel._tree import map_tensors
 from accel.accelerator.gradient_state import GradientState
 
+_END = object()
+"""Returned by next() on an exhausted iterator."""
+
+
+class _Epoch:
+    """One running pass over the loader: its number, how many batches it has yielded, and the RNG
+    states from just before it started (which, replayed, give the same shuffling)."""
+
+    __slots__ = ("index", "batches", "rng")
+
+    def __init__(self, index: int, rng: dict[str, Any]) -> None:
+        self.index = index
+        self.batches = 0
+        self.rng = rng
+
 
 class PreparedDataLoader:
     """Iterates the user's DataLoader, moving each batch to the device.
@@ -18,6 +34,10 @@ class PreparedDataLoader:
     It looks one batch ahead so that the last batch of an epoch is known while it is being
     used: gradient accumulation then syncs on it instead of carrying a partial window into
     the next epoch.
+
+    `state_dict()` records the position in the running epoch; after `load_state_dict()`, the
+    next iteration continues that epoch at the next batch, in the same order (see
+    docs/checkpoints.md).
     """
 
     def __init__(self, loader: DataLoader[Any], device: torch.device, gradients: GradientState, place: bool):
@@ -25,23 +45,55 @@ class PreparedDataLoader:
         self.device = device
         self._gradients = gradients
         self._place = place and device.type != "cpu"
+        self._epochs_started = 0
+        self._running: list[_Epoch] = []
+        self._resume: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         gradients = self._gradients
         gradients.end_of_dataloader = False
-        batches = iter(self.loader)
-        try:
-            current = next(batches)
-        except StopIteration:
+        epoch = _Epoch(self._epochs_started, _capture_rng(self.loader))
+        batches, current = self._open(epoch)
+        self._epochs_started = epoch.index + 1
+        if current is _END:
             return
-        for upcoming in batches:
-            yield self._to_device(current)
-            current = upcoming
-        gradients.end_of_dataloader = True
+        self._running.append(epoch)
         try:
+            for upcoming in batches:
+                epoch.batches += 1
+                yield self._to_device(current)
+                current = upcoming
+            gradients.end_of_dataloader = True
+            epoch.batches += 1
             yield self._to_device(current)
         finally:
             gradients.end_of_dataloader = False
+            self._running.remove(epoch)
+
+    def _open(self, epoch: _Epoch) -> tuple[Iterator[Any], Any]:
+        """A fresh iterator over the loader and its first batch, or, after `load_state_dict`,
+        the iterator of the saved epoch moved past the batches it had already yielded."""
+        resume, self._resume = self._resume, None
+        if resume is None:
+            batches = iter(self.loader)
+            return batches, next(batches, _END)
+        # Replay the saved epoch from the RNG states it started with, then put back the RNG
+        # state load_state restored, so that the skipped batches leave no trace in it.
+        restored = torch.get_rng_state()
+        epoch.index, epoch.batches, epoch.rng = resume["epoch"], resume["batch"], resume["rng"]
+        _apply_rng(self.loader, epoch.rng)
+        try:
+            batches = iter(self.loader)
+            for _ in range(epoch.batches):
+                if next(batches, _END) is _END:
+                    raise ValueError(
+                        f"the checkpoint's dataloader position is batch {epoch.batches} of epoch "
+                        f"{epoch.index}, but this DataLoader ended before it: its dataset or batch size is not "
+                        "the one the checkpoint was saved with. Build the DataLoader as in the saved run."
+                    )
+            return batches, next(batches, _END)
+        finally:
+            torch.set_rng_state(restored)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -51,6 +103,23 @@ class PreparedDataLoader:
             return batch
         return map_tensors(lambda t: t.to(self.device, non_blocking=True), batch)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The position: `epoch` (0-based; the next one when no epoch is running), `batch` (batches
+        yielded in it), and the RNG states the running epoch started from (None between epochs)."""
+        if self._resume is not None:  # loaded but not iterated yet: still at the loaded position
+            return dict(self._resume)
+        if not self._running:
+            return {"epoch": self._epochs_started, "batch": 0, "rng": None}
+        epoch = self._running[-1]
+        return {"epoch": epoch.index, "batch": epoch.batches, "rng": epoch.rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position from `state_dict()`: the next iteration continues the saved epoch
+        with the batch after the last one it yielded (none when that epoch had ended)."""
+        _check_position(state, len(_generators(self.loader)))
+        self._epochs_started = state["epoch"]
+        self._resume = dict(state) if state["rng"] is not None else None
+
     def __getattr__(self, name: str) -> Any:
         if name == "loader":
             raise AttributeError(name)
@@ -58,3 +127,51 @@ class PreparedDataLoader:
 
     def __repr__(self) -> str:
         return f"PreparedDataLoader({self.loader!r}, device={self.device})"
+
+
+def _generators(loader: DataLoader[Any]) -> list[torch.Generator]:
+    """The torch.Generators that decide the loader's order: its own, its sampler's, and its batch
+    sampler's sampler's (each once)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    candidates = [
+        getattr(loader, "generator", None),
+        getattr(getattr(loader, "sampler", None), "generator", None),
+        getattr(getattr(batch_sampler, "sampler", None), "generator", None),
+    ]
+    found: list[torch.Generator] = []
+    for generator in candidates:
+        if isinstance(generator, torch.Generator) and not any(generator is g for g in found):
+            found.append(generator)
+    return found
+
+
+def _capture_rng(loader: DataLoader[Any]) -> dict[str, Any]:
+    """The global torch RNG state and that of each of the loader's generators."""
+    return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in _generators(loader)]}
+
+
+def _apply_rng(loader: DataLoader[Any], rng: dict[str, Any]) -> None:
+    torch.set_rng_state(rng["torch"])
+    for generator, state in zip(_generators(loader), rng["generators"]):
+        generator.set_state(state)
+
+
+def _check_position(state: Any, generators: int) -> None:
+    """Raise ValueError unless `state` is a position from `state_dict()` for a loader like this one."""
+    if not isinstance(state, dict) or set(state) != {"epoch", "batch", "rng"}:
+        raise ValueError(
+            f"PreparedDataLoader.load_state_dict got {state!r}; expected the dict state_dict() returns, "
+            "with keys 'epoch', 'batch' and 'rng'."
+        )
+    if not all(isinstance(state[key], int) and state[key] >= 0 for key in ("epoch", "batch")):
+        raise ValueError(f"PreparedDataLoader.load_state_dict: 'epoch' and 'batch' must be ints >= 0, got {state!r}.")
+    rng = state["rng"]
+    if rng is None:
+        return
+    saved = len(rng["generators"])
+    if saved != generators:
+        raise ValueError(
+            f"the saved dataloader position was taken with {saved} torch.Generator(s) deciding the order "
+            f"(DataLoader(generator=...) or the sampler's), but this DataLoader has {generators}. Build the "
+            "DataLoader as in the saved run, so that the epoch can be replayed in the same order."
+        )

@@ -1,0 +1,43 @@
+"""Checkpoints: save_state / load_state, written atomically, verified on loading, never pickled code.
+
+The format is described in docs/checkpoints.md. One module per job: project
+(ProjectConfiguration), naming (folder names, rotation, work folders), layout (file names inside a
+checkpoint), writer (atomic folders), manifest (manifest.json and verification), serialization
+(safe file formats), rng (random states), models (weights and gradients), compat (does a
+checkpoint fit this run), state (collect and restore), save and load (the two flows), errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from accel.accelerator.checkpointing.errors import CheckpointError, CheckpointWriteError
+from accel.accelerator.checkpointing.load import load_state, open_checkpoint
+from accel.accelerator.checkpointing.manifest import FORMAT_VERSION, Manifest
+from accel.accelerator.checkpointing.project import ProjectConfiguration, resolve_project_configuration
+from accel.accelerator.checkpointing.save import save_state
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "CheckpointWriteError",
+    "Manifest",
+    "ProjectConfiguration",
+    "check_registrable",
+    "load_state",
+    "open_checkpoint",
+    "resolve_project_configuration",
+    "save_state",
+]
+
+
+def check_registrable(objects: Sequence[Any]) -> list[Any]:
+    """Return `objects` if each has state_dict() and load_state_dict(), else raise TypeError."""
+    for obj in objects:
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise TypeError(
+                f"register_for_checkpointing got {obj!r} of type {type(obj).__name__}, which has no "
+                "state_dict()/load_state_dict() methods; only such objects can be checkpointed."
+            )
+    return list(objects)

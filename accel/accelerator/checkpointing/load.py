@@ -1,0 +1,89 @@
+"""load_state: find the checkpoint, verify it is whole and fits, then restore it."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from accel.accelerator.checkpointing.errors import CheckpointError
+from accel.accelerator.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
+from accel.accelerator.checkpointing.naming import leftover_of, numbered_checkpoints
+from accel.accelerator.checkpointing.project import check_folder
+from accel.accelerator.checkpointing.state import apply, stage
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+_ACCELERATE_FILES = ("random_states_0.pkl", "optimizer.bin", "scheduler.bin", "pytorch_model.bin")
+
+
+def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | None) -> Path:
+    """Restore the checkpoint in `input_dir`, or the project's newest one; return its folder."""
+    folder = _source(accelerator, input_dir)
+    label = f"load_state: checkpoint {str(folder)!r}"
+    manifest = open_checkpoint(folder, label)
+    apply(accelerator, stage(accelerator, folder, manifest, label), label)
+    accelerator.save_iteration = max(accelerator.save_iteration, manifest.iteration + 1)
+    return folder
+
+
+def open_checkpoint(folder: Path, label: str) -> Manifest:
+    """The manifest of the checkpoint in `folder`, after checking every file against it."""
+    if not folder.exists():
+        leftover = leftover_of(folder)
+        hint = (
+            f" An interrupted save left its previous version at {str(leftover)!r}: rename that folder to "
+            f"{folder.name!r} to load it."
+            if leftover is not None
+            else ""
+        )
+        raise FileNotFoundError(f"{label}: no such folder.{hint}")
+    if not folder.is_dir():
+        raise CheckpointError(f"{label}: that path is a file, not a checkpoint folder.")
+    if not (folder / MANIFEST_NAME).is_file():
+        raise CheckpointError(f"{label}: not an accel checkpoint, it has no {MANIFEST_NAME}. {_what_it_is(folder)}")
+    manifest = read_manifest(folder, label)
+    verify_files(folder, manifest, label)
+    return manifest
+
+
+def _source(accelerator: Accelerator, input_dir: str | os.PathLike[str] | None) -> Path:
+    """The folder to load: `input_dir`, else the newest automatic checkpoint that has a manifest."""
+    if input_dir is not None:
+        return check_folder("load_state(input_dir)", input_dir)
+    checkpoints = accelerator.project_configuration.checkpoints_dir
+    if checkpoints is None:
+        raise ValueError(
+            "load_state() got no input_dir, and the Accelerator has no project_dir to find checkpoints in. "
+            "Pass the checkpoint's folder, load_state('path/to/checkpoint'), or create the Accelerator with "
+            "project_dir= the folder given when saving."
+        )
+    for _, folder in reversed(numbered_checkpoints(checkpoints)):
+        if (folder / MANIFEST_NAME).is_file():
+            return folder
+        warnings.warn(
+            f"load_state: skipping {str(folder)!r}: it has no {MANIFEST_NAME}, so it is not a complete accel "
+            "checkpoint.",
+            UserWarning,
+            stacklevel=4,
+        )
+    raise FileNotFoundError(
+        f"load_state: there is no checkpoint in {str(checkpoints)!r} yet. Call save_state() first, or pass the "
+        "folder of a checkpoint."
+    )
+
+
+def _what_it_is(folder: Path) -> str:
+    names = sorted(entry.name for entry in folder.iterdir())
+    if not names:
+        return "The folder is empty."
+    if any(name in names for name in _ACCELERATE_FILES):
+        return (
+            "It looks like a Hugging Face Accelerate checkpoint, whose pickled files can run code when loaded; "
+            "accel does not load them. Its model.safetensors can be loaded with "
+            "safetensors.torch.load_model(model, path)."
+        )
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"It holds {shown}."

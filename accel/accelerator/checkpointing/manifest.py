@@ -1,0 +1,152 @@
+"""The manifest: what a checkpoint holds and how to check it is whole (manifest.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from accel.accelerator.checkpointing.errors import CheckpointError
+
+FORMAT = "accel-checkpoint"
+FORMAT_VERSION = 1
+"""Raised whenever a change would make older accel versions misread a checkpoint."""
+MANIFEST_NAME = "manifest.json"
+CONTENTS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
+"""The kinds of objects a checkpoint holds, as counted in the manifest's `contents`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+    """A file of the checkpoint: its size in bytes and its SHA-256, as written."""
+
+    size: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """The contents of manifest.json (see docs/checkpoints.md for an example)."""
+
+    format: str = FORMAT
+    format_version: int = FORMAT_VERSION
+    accel_version: str
+    created: str = ""
+    iteration: int
+    """The save counter: checkpoint_<iteration> for automatic checkpoints."""
+    precision: str
+    fp8: dict[str, Any] | None
+    """{"backend": ..., "recipe": {...}} when the precision runs an FP8 recipe, else None."""
+    num_processes: int
+    gradient_accumulation: dict[str, Any]
+    """{"steps": ..., "micro_batch": position in the window, "sync_gradients": ...}."""
+    contents: dict[str, int]
+    """How many models, optimizers, schedulers, dataloaders and registered objects were saved."""
+    dataloaders: list[dict[str, int]]
+    """Each prepared dataloader's position: {"epoch": ..., "batch": ...} (for people; the state is in files)."""
+    files: dict[str, FileEntry]
+    """Every other file of the checkpoint, with its size and SHA-256."""
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["files"] = dict(sorted(data["files"].items()))
+        return json.dumps(data, indent=2) + "\n"
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "accel_version": str,
+    "iteration": int,
+    "precision": str,
+    "fp8": (dict, type(None)),
+    "num_processes": int,
+    "gradient_accumulation": dict,
+    "contents": dict,
+    "dataloaders": list,
+    "files": dict,
+    "created": str,
+}
+
+
+def describe_file(path: Path) -> FileEntry:
+    """Size and SHA-256 of the file at `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return FileEntry(size=path.stat().st_size, sha256=digest.hexdigest())
+
+
+def read_manifest(folder: Path, label: str) -> Manifest:
+    """Parse and check `folder`/manifest.json; `label` names the checkpoint in errors."""
+    path = folder / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{label}: {MANIFEST_NAME} cannot be read ({exc}); the checkpoint is damaged.") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} is not an accel checkpoint manifest (no \"format\": {FORMAT!r})."
+        )
+    version = data.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{label}: {MANIFEST_NAME} has format_version={version!r}; the checkpoint is damaged.")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{label}: written by a newer accel ({data.get('accel_version', '?')}, checkpoint format {version}); "
+            f"this accel reads format {FORMAT_VERSION} and older. Upgrade accel to load it."
+        )
+    return _from_dict(data, label)
+
+
+def _from_dict(data: dict[str, Any], label: str) -> Manifest:
+    for name, kind in _FIELD_TYPES.items():
+        _check(label, name, data.get(name), kind)
+    for key in CONTENTS:
+        _check(label, f"contents.{key}", data["contents"].get(key), int)
+    for key, kind in (("steps", int), ("micro_batch", int), ("sync_gradients", bool)):
+        _check(label, f"gradient_accumulation.{key}", data["gradient_accumulation"].get(key), kind)
+    files = {}
+    for name, entry in data["files"].items():
+        if not _is_plain_name(name) or not isinstance(entry, dict):
+            raise CheckpointError(f"{label}: {MANIFEST_NAME} lists a bad file entry {name!r}: {entry!r}.")
+        files[name] = FileEntry(size=entry.get("size", -1), sha256=str(entry.get("sha256", "")))
+    fields = {f.name for f in dataclasses.fields(Manifest)}
+    return Manifest(**{**{k: v for k, v in data.items() if k in fields}, "files": files})
+
+
+def verify_files(folder: Path, manifest: Manifest, label: str) -> None:
+    """Raise CheckpointError naming every file that is missing or differs from the manifest."""
+    problems = []
+    for name, expected in sorted(manifest.files.items()):
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+            continue
+        actual = describe_file(path)
+        if actual.size != expected.size:
+            problems.append(f"{name} has {actual.size} bytes, the manifest says {expected.size}")
+        elif actual.sha256 != expected.sha256:
+            problems.append(f"{name} differs from what was saved (SHA-256 mismatch)")
+    if problems:
+        raise CheckpointError(
+            f"{label} is damaged or incomplete: " + "; ".join(problems) + ". Load an older checkpoint, "
+            "or restore these files from a backup."
+        )
+
+
+def _check(label: str, name: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} has {name}={value!r}, not a {_type_names(kind)}; the checkpoint is damaged."
+        )
+
+
+def _is_plain_name(name: str) -> bool:
+    return bool(name) and Path(name).name == name and not name.startswith(".") and name != MANIFEST_NAME
+
+
+def _type_names(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("null" if k is type(None) else k.__name__ for k in kinds)

@@ -1,0 +1,113 @@
+"""save_state: choose the folder, gather the state, write it atomically, rotate old checkpoints."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from accel._version import __version__
+from accel.accelerator.checkpointing.compat import fp8_setup
+from accel.accelerator.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
+from accel.accelerator.checkpointing.naming import next_number, numbered_name, to_rotate_out
+from accel.accelerator.checkpointing.project import check_folder
+from accel.accelerator.checkpointing.serialization import save_tensors, save_torch
+from accel.accelerator.checkpointing.state import Snapshot, collect
+from accel.accelerator.checkpointing.writer import publish_folder, remove_folder, write_file
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+
+def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> Path:
+    """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it."""
+    target, iteration, automatic = _target(accelerator, output_dir)
+    _refuse_foreign_folder(target)
+    snapshot = collect(accelerator)
+    limit = accelerator.project_configuration.total_limit
+    if automatic:
+        _rotate(target.parent, limit)  # what a save killed before its rotation left behind
+    publish_folder(target, lambda folder: _write(folder, snapshot, accelerator, iteration))
+    accelerator.save_iteration = iteration + 1
+    if automatic:
+        _rotate(target.parent, limit, keep=target)
+    return target
+
+
+def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:
+    """(folder, iteration, whether it is an automatic checkpoint)."""
+    if output_dir is not None:
+        return check_folder("save_state(output_dir)", output_dir), accelerator.save_iteration, False
+    config = accelerator.project_configuration
+    if config.checkpoints_dir is None or not config.automatic_checkpoint_naming:
+        reason = "no project_dir" if config.checkpoints_dir is None else "automatic_checkpoint_naming=False"
+        raise ValueError(
+            f"save_state() got no output_dir, and the Accelerator has {reason}, so there is nowhere to save. "
+            "Pass a folder, save_state('path/to/checkpoint'), or create the Accelerator with "
+            "project_dir='path/to/project' to write project_dir/checkpoints/checkpoint_<n> automatically."
+        )
+    number = next_number(config.checkpoints_dir, accelerator.save_iteration)
+    return config.checkpoints_dir / numbered_name(number), number, True
+
+
+def _refuse_foreign_folder(target: Path) -> None:
+    """Refuse a target that is a file, or a folder holding files other than an accel checkpoint."""
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(
+            f"save_state(output_dir={str(target)!r}): that path is a file, not a folder. Choose another path."
+        )
+    if not target.is_dir() or not any(target.iterdir()) or _is_checkpoint(target):
+        return
+    names = sorted(entry.name for entry in target.iterdir())
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise FileExistsError(
+        f"save_state(output_dir={str(target)!r}): that folder exists and is not an accel checkpoint (it holds "
+        f"{shown}). save_state replaces only checkpoints, and will not mix its files with others or delete "
+        "them. Choose a new folder, or empty this one."
+    )
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    try:
+        return json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration: int) -> None:
+    """Write every file into `folder`, the manifest (with sizes and checksums) last."""
+    for name, tensors in snapshot.tensors.items():
+        save_tensors(tensors, folder / name)
+    for name, value in snapshot.objects.items():
+        save_torch(value, folder / name)
+    manifest = Manifest(
+        accel_version=__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        iteration=iteration,
+        precision=accelerator.precision.name,
+        fp8=fp8_setup(accelerator),
+        num_processes=accelerator.num_processes,
+        gradient_accumulation=snapshot.gradient_accumulation,
+        contents=snapshot.contents,
+        dataloaders=snapshot.dataloaders,
+        files={name: describe_file(folder / name) for name in [*snapshot.tensors, *snapshot.objects]},
+    )
+    text = manifest.to_json().encode("utf-8")
+    write_file(folder / MANIFEST_NAME, lambda file: file.write(text))
+
+
+def _rotate(folder: Path, total_limit: int | None, keep: Path | None = None) -> None:
+    """Delete the oldest automatic checkpoints in `folder` beyond `total_limit`, never the newest."""
+    for old in to_rotate_out(folder, total_limit, keep):
+        try:
+            remove_folder(old)
+        except OSError as exc:
+            warnings.warn(
+                f"save_state: could not delete the old checkpoint {str(old)!r} to keep total_limit={total_limit} "
+                f"({exc.strerror or exc}); it is left in place.",
+                UserWarning,
+                stacklevel=3,
+            )
