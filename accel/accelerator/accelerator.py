@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool, check_int
+from accel.accelerator import checkpointing
 from accel.accelerator import model as model_utils
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.gradient_state import GradientState
@@ -26,8 +27,8 @@ from accel.accelerator.state import ProcessState
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
-from accel.kwargs_handlers import AutocastKwargs, KwargsHandler, collect_handlers
-from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting
+from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, Handlers, KwargsHandler, collect_handlers
+from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting, fp8_recipe_from_env
 
 
 class Accelerator:
@@ -49,8 +50,9 @@ class Accelerator:
         device_placement: bool = True,
         step_scheduler_with_optimizer: bool = True,
         project_dir: str | Path | None = None,
+        project_config: checkpointing.ProjectConfiguration | None = None,
     ) -> None:
-        self.handlers = collect_handlers(kwarg_handlers, kwargs_handlers)
+        self.handlers = _with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
         precision = _setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
         steps = _setting(GRADIENT_ACCUMULATION_STEPS, gradient_accumulation_steps, _positive_int)
         use_cpu = _setting(USE_CPU, cpu, check_bool)
@@ -59,12 +61,16 @@ class Accelerator:
         self.gradient_state = GradientState(steps)
         self.device_placement = check_bool("device_placement", device_placement)
         self.step_scheduler_with_optimizer = check_bool("step_scheduler_with_optimizer", step_scheduler_with_optimizer)
-        self.project_dir = Path(project_dir) if project_dir is not None else None
+        self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
+        self.project_dir = self.project_configuration.project_dir
+        self.save_iteration = 0
+        """The number the next save_state() gets (checkpoint_<n>); load_state() continues it."""
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
         self._orphan_optimizers_warned: set[int] = set()
+        self._checkpointed_objects: list[Any] = []
 
     # ----------------------------------------------------------------- properties
     @property
@@ -137,6 +143,7 @@ class Accelerator:
             for index, obj in enumerate(result):
                 if accepts(obj):
                     result[index] = prepare(obj)
+        self.precision.after_prepare(self._models, self._optimizers)
         self._warn_about_orphan_optimizers()
         return result[0] if len(result) == 1 else tuple(result)
 
@@ -161,6 +168,7 @@ class Accelerator:
         """Wrap `optimizer` so that it steps through the precision and honours accumulation."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        self.precision.check_optimizer(optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._optimizers.append(wrapped)
         return wrapped
@@ -285,6 +293,25 @@ class Accelerator:
         stack.enter_context(self.precision.init_context())
         return stack
 
+    # ----------------------------------------------------------------- checkpoints
+    def save_state(self, output_dir: str | Path | None = None) -> Path:
+        """Write a checkpoint of everything needed to resume exactly; returns its folder.
+
+        Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).
+        """
+        return checkpointing.save_state(self, output_dir)
+
+    def load_state(self, input_dir: str | Path | None = None) -> Path:
+        """Restore a checkpoint written by `save_state`; returns its folder.
+
+        Without `input_dir`, loads the newest complete checkpoint under `project_dir/checkpoints`.
+        """
+        return checkpointing.load_state(self, input_dir)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""
+        self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
+
     # ----------------------------------------------------------------- processes
     def print(self, *args: Any, **kwargs: Any) -> None:
         """print() on the main process only."""
@@ -301,6 +328,21 @@ class Accelerator:
             f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
             f"process {self.process_index} of {self.num_processes})"
         )
+
+
+def _with_environment_recipe(handlers: Handlers) -> Handlers:
+    """Add the FP8 recipe that `accel launch` passed as ACCEL_FP8_* variables, if any.
+
+    A recipe given in the code wins; when it differs from the environment's, a warning says so.
+    """
+    recipe = fp8_recipe_from_env()
+    if recipe is not None and handlers.has(FP8RecipeKwargs) and handlers.get(FP8RecipeKwargs) != recipe:
+        warnings.warn(
+            f"the FP8RecipeKwargs given in the code overrides the recipe from ACCEL_FP8_* variables ({recipe}).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return handlers.with_environment(recipe)
 
 
 def _positive_int(argument: str, value: Any) -> int:

@@ -8,9 +8,9 @@ unconditionally; there are no precision `if`s outside `accel/backends/`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -18,6 +18,12 @@ from torch import nn
 from accel.kwargs_handlers import AutocastKwargs, Handlers, KwargsHandler
 
 Forward = Callable[..., Any]
+
+
+class WrappedOptimizer(Protocol):
+    """What a backend sees of a prepared optimizer: the user's optimizer inside it."""
+
+    optimizer: torch.optim.Optimizer
 
 
 class ForwardWrapper:
@@ -73,6 +79,13 @@ class PrecisionBackend:
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Raise if `optimizer` cannot work in this precision (called by prepare). Default: accept."""
+
+    def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
+        """Called at the end of every `prepare` call with everything prepared so far.
+
+        For backends that need a model and its optimizer together (MS-AMP, FP8 optimizer
+        states): they may replace `wrapped.optimizer` of an entry. Default: nothing.
+        """
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Run the backward pass for `loss`."""

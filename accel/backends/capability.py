@@ -30,3 +30,18 @@ def _cpu_has_fast_path(dtype: torch.dtype) -> bool:
         return bool(getattr(torch.ops.mkldnn, probe)())
     except (AttributeError, RuntimeError):
         return False
+
+
+FP8_COMPUTE_CAPABILITY = (8, 9)
+"""The first CUDA compute capability with FP8 tensor cores (Ada, sm89; Hopper is sm90)."""
+
+
+def cuda_fp8_reason(device: torch.device) -> str | None:
+    """Why `device` is not a CUDA GPU with FP8 tensor cores, or None when it is."""
+    if device.type != "cuda":
+        return f"the device is {device.type}, not a CUDA GPU with FP8 (compute capability >= 8.9)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < FP8_COMPUTE_CAPABILITY:
+        name = torch.cuda.get_device_name(device)
+        return f"{name} has compute capability {major}.{minor}; FP8 needs 8.9 or newer (Ada, Hopper, Blackwell)"
+    return None

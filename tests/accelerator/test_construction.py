@@ -86,9 +86,9 @@ def test_arguments_are_keyword_only() -> None:
         Accelerator("fp16")  # type: ignore[misc]
 
 
-def test_fp8_refuses_rather_than_running_something_else() -> None:
-    with pytest.raises(NotImplementedError, match="will not run another precision in its place"):
-        Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="native")])
+def test_fp8_backend_that_cannot_run_refuses_rather_than_running_something_else() -> None:
+    with pytest.raises((NotImplementedError, RuntimeError), match="will not run another backend or precision"):
+        Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="te")])
 
 
 def test_several_processes_are_refused_until_supported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,8 +121,9 @@ def test_fp8_recipe_from_the_environment_is_used_only_as_a_fallback(monkeypatch:
 
 def test_fp8_recipe_in_code_wins_over_the_environment_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_FP8_MARGIN", "2")
-    with pytest.warns(UserWarning, match="overrides the recipe from ACCEL_FP8_"), pytest.raises(NotImplementedError):
-        Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(margin=1)])
+    with pytest.warns(UserWarning, match="overrides the recipe from ACCEL_FP8_"):
+        accelerator = Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(margin=1)])
+    assert accelerator.handlers.get(FP8RecipeKwargs).margin == 1
 
 
 def test_bad_fp8_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
