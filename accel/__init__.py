@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Any
 from accel._version import __version__
 from accel._warnings import PrecisionWarning
 
-if TYPE_CHECKING:
-    from accel.accelerator import Accelerator
-    from accel.accelerator.checkpointing import ProjectConfiguration
-    from accel.kwargs_handlers import (
-        AutocastKwargs,
-        DistributedDataParallelKwargs,
-        FP8RecipeKwargs,
-        GradScalerKwargs,
-        InitProcessGroupKwargs,
-    )
+if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy names
+    from accel.accelerator import Accelerator as Accelerator
+    from accel.accelerator.checkpointing import ProjectConfiguration as ProjectConfiguration
+    from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
+    from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
+    from accel.kwargs_handlers import FP8RecipeKwargs as FP8RecipeKwargs
+    from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
+    from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
 
 _EXPORTS = {
     "Accelerator": "accel.accelerator",

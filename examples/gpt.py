@@ -26,13 +26,13 @@ from torch.utils.data import Dataset
 
 __all__ = [
     "GPT",
-    "GPTConfig",
-    "CharDataset",
     "VOCAB",
-    "encode",
-    "decode",
+    "CharDataset",
+    "GPTConfig",
     "build_corpus",
     "build_datasets",
+    "decode",
+    "encode",
 ]
 
 # One newline plus the 95 printable ASCII characters: 96 symbols, a multiple of 16, and the
@@ -231,10 +231,11 @@ def generated_corpus(seed: int = 0, n_chars: int = 200_000) -> str:
     """
     rng = random.Random(seed)
     words = (
-        "the a model learns to predict next character from text and loss goes down "
-        "with each step of training on small data in mixed precision while gradients "
-        "flow through layers of attention"
-    ).split()
+        *("the", "a", "model", "learns", "to", "predict", "next", "character", "from"),
+        *("text", "and", "loss", "goes", "down", "with", "each", "step", "of", "training"),
+        *("on", "small", "data", "in", "mixed", "precision", "while", "gradients", "flow"),
+        *("through", "layers", "of", "attention"),
+    )
     parts: list[str] = []
     size = 0
     while size < n_chars:

@@ -25,6 +25,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,9 +35,11 @@ from torch.utils.data import DataLoader, Subset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpt import GPT, CharDataset, GPTConfig, build_datasets  # noqa: E402
+from gpt import GPT, CharDataset, GPTConfig, build_datasets
 
-from accel import Accelerator  # noqa: E402
+from accel import Accelerator
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,18 +57,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="batches per optimizer update; default: $ACCEL_GRADIENT_ACCUMULATION_STEPS, else 1",
     )
-    parser.add_argument("--steps", type=int, default=300, help="optimizer updates")
-    parser.add_argument("--batch_size", type=int, default=16, help="sequences per batch")
+    parser.add_argument("--steps", type=int, default=600, help="optimizer updates")
+    parser.add_argument("--batch_size", type=int, default=32, help="sequences per batch")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     parser.add_argument("--weight_decay", type=float, default=0.1)
-    parser.add_argument("--warmup_steps", type=int, default=30)
+    parser.add_argument("--warmup_steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument(
-        "--eval_interval", type=int, default=100, help="validate every N updates (0: only at the ends)"
+        "--eval_interval",
+        type=int,
+        default=200,
+        help="validate every N updates (0: only at the ends)",
     )
     parser.add_argument("--eval_batches", type=int, default=8, help="batches per validation")
     parser.add_argument(
-        "--log_interval", type=int, default=20, help="progress line every N updates when not a TTY"
+        "--log_interval", type=int, default=50, help="progress line every N updates when not a TTY"
     )
     parser.add_argument("--output_dir", default=None, help="save the trained model here")
     args = parser.parse_args(argv)
@@ -77,7 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def warmup_cosine(warmup_steps: int, total_steps: int, min_ratio: float = 0.1) -> Callable[[int], float]:
+def warmup_cosine(
+    warmup_steps: int, total_steps: int, min_ratio: float = 0.1
+) -> Callable[[int], float]:
     """LR multiplier for LambdaLR: linear warm-up, then cosine decay to `min_ratio`."""
 
     def factor(step: int) -> float:
@@ -100,7 +108,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object
 
 def make_loaders(
     train: CharDataset, val: CharDataset, args: argparse.Namespace
-) -> tuple[DataLoader[tuple[torch.Tensor, torch.Tensor]], DataLoader[tuple[torch.Tensor, torch.Tensor]]]:
+) -> tuple[DataLoader[Batch], DataLoader[Batch]]:
     """Shuffled training loader (seeded) and a fixed, evenly spaced validation subset."""
     generator = torch.Generator().manual_seed(args.seed)
     train_loader = DataLoader(
@@ -121,7 +129,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    loader: Iterable[Batch],
     device: torch.device,
 ) -> float:
     """Mean validation loss, in eval mode; the model is put back in train mode after.
@@ -172,6 +180,7 @@ class Progress:
             return
         if self.tty and self._width:
             self.print_fn("\r" + " " * self._width + "\r", end="")
+            self._width = 0
         self.print_fn(text, flush=True)
 
     def close(self) -> None:
@@ -181,49 +190,43 @@ class Progress:
             self._width = 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Train, validate at intervals, print a summary, optionally save; returns 0."""
-    args = parse_args(argv)
-    torch.manual_seed(args.seed)
-    accelerator = Accelerator(
-        mixed_precision=args.mixed_precision,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-    )
-    show = accelerator.is_main_process
+@dataclass
+class Summary:
+    """What a run achieved: updates, training time, and the losses at both ends."""
 
-    config = GPTConfig()
-    train_set, val_set = build_datasets(config.block_size, seed=args.seed)
-    model = GPT(config)
-    optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95)
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(args.warmup_steps, args.steps)
-    )
-    train_loader, val_loader = make_loaders(train_set, val_set, args)
-    model, optimizer, train_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, scheduler
-    )
+    steps: int = 0
+    seconds: float = 0.0
+    first_train: float = math.nan
+    last_train: float = math.nan
+    first_val: float = math.nan
+    last_val: float = math.nan
 
-    accelerator.print(
-        f"GPT {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters | "
-        f"train {len(train_set):,} / val {len(val_set):,} windows of {config.block_size} chars | "
-        f"precision {accelerator.mixed_precision} | device {accelerator.device}"
+
+def train(
+    accelerator: Accelerator,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_loader: Iterable[Batch],
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    val_loader: Iterable[Batch],
+    args: argparse.Namespace,
+) -> Summary:
+    """Run `args.steps` optimizer updates, epoch after epoch; validate at intervals.
+
+    Training time excludes validation, so steps/s measures the training step alone.
+    """
+    progress = Progress(
+        args.steps, accelerator.print, accelerator.is_main_process, args.log_interval
     )
-    progress = Progress(args.steps, accelerator.print, show, args.log_interval)
+    width = len(str(args.steps))
+    summary = Summary()
+    summary.first_val = summary.last_val = evaluate(model, val_loader, accelerator.device)
+    progress.message(f"step {0:>{width}} | val loss {summary.first_val:.4f}")
 
-    first_val = evaluate(model, val_loader, accelerator.device)
-    progress.message(f"step {0:>{len(str(args.steps))}} | val loss {first_val:.4f}")
-    last_val = first_val
-
-    step = 0
-    first_train: float | None = None
-    train_loss = math.nan
     window_loss, window_batches = 0.0, 0
-    train_seconds = 0.0
     tick = time.perf_counter()
     model.train()
-    while step < args.steps:
+    while summary.steps < args.steps:
         for x, y in train_loader:
             with accelerator.accumulate(model):
                 logits = model(x)
@@ -239,33 +242,65 @@ def main(argv: list[str] | None = None) -> int:
             if not accelerator.sync_gradients:
                 continue
 
-            # One optimizer update finished.
-            step += 1
-            train_loss = window_loss / window_batches
+            # One optimizer update finished: its loss is the mean over its micro-batches.
+            summary.steps += 1
+            summary.seconds += time.perf_counter() - tick
+            summary.last_train = window_loss / window_batches
             window_loss, window_batches = 0.0, 0
-            if first_train is None:
-                first_train = train_loss
-            train_seconds += time.perf_counter() - tick
+            if summary.steps == 1:
+                summary.first_train = summary.last_train
             progress.update(
-                step,
-                f"loss {train_loss:.4f} | {step / train_seconds:.2f} steps/s | "
-                f"{accelerator.mixed_precision}",
+                summary.steps,
+                f"loss {summary.last_train:.4f} | {summary.steps / summary.seconds:.2f} steps/s"
+                f" | {accelerator.mixed_precision}",
             )
-            if step == args.steps or (args.eval_interval and step % args.eval_interval == 0):
-                last_val = evaluate(model, val_loader, accelerator.device)
+            done = summary.steps == args.steps
+            if done or (args.eval_interval and summary.steps % args.eval_interval == 0):
+                summary.last_val = evaluate(model, val_loader, accelerator.device)
                 progress.message(
-                    f"step {step:>{len(str(args.steps))}} | train loss {train_loss:.4f} | "
-                    f"val loss {last_val:.4f}"
+                    f"step {summary.steps:>{width}} | train loss {summary.last_train:.4f} | "
+                    f"val loss {summary.last_val:.4f}"
                 )
-            tick = time.perf_counter()
-            if step == args.steps:
+            if done:
                 break
+            tick = time.perf_counter()
     progress.close()
+    return summary
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Build everything, prepare it with accel, train, print a summary, optionally save."""
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+    )
+
+    config = GPTConfig()
+    train_set, val_set = build_datasets(config.block_size, seed=args.seed)
+    model = GPT(config)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95)
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_cosine(args.warmup_steps, args.steps)
+    )
+    train_loader, val_loader = make_loaders(train_set, val_set, args)
+    model, optimizer, train_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, scheduler
+    )
     accelerator.print(
-        f"done: {step} steps in {train_seconds:.1f}s ({step / train_seconds:.2f} steps/s), "
-        f"precision {accelerator.mixed_precision} | train loss {first_train:.4f} -> "
-        f"{train_loss:.4f} | val loss {first_val:.4f} -> {last_val:.4f}"
+        f"GPT {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters | "
+        f"train {len(train_set):,} / val {len(val_set):,} windows of {config.block_size} chars | "
+        f"precision {accelerator.mixed_precision} | device {accelerator.device}"
+    )
+
+    run = train(accelerator, model, optimizer, train_loader, scheduler, val_loader, args)
+    accelerator.print(
+        f"done: {run.steps} steps in {run.seconds:.1f}s ({run.steps / run.seconds:.2f} steps/s), "
+        f"precision {accelerator.mixed_precision} | train loss {run.first_train:.4f} -> "
+        f"{run.last_train:.4f} | val loss {run.first_val:.4f} -> {run.last_val:.4f}"
     )
     if args.output_dir:
         accelerator.save_model(model, args.output_dir)
