@@ -21,6 +21,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer: torch.optim.Optimizer, backend: PrecisionBackend, gradients: GradientState):
         # Optimizer.__init__ is not called: all state lives in the wrapped optimizer.
         self.optimizer = optimizer
+        self.original = optimizer
+        """The optimizer given to prepare (a backend such as MS-AMP may replace `optimizer`)."""
         self._backend = backend
         self._gradients = gradients
         self._unscaled = False

@@ -12,6 +12,7 @@ from accel._tree import map_tensors
 from accel._warnings import warn_once
 from accel.backends.base import Forward, ForwardWrapper, PrecisionBackend
 from accel.backends.capability import slow_dtype_reason
+from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs, Handlers
 
 
@@ -71,41 +72,22 @@ class FP16Mixed(_MixedPrecision):
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
-        options = handlers.get(GradScalerKwargs)
-        self.scaler = torch.amp.GradScaler(
-            device.type,
-            init_scale=options.init_scale,
-            growth_factor=options.growth_factor,
-            backoff_factor=options.backoff_factor,
-            growth_interval=options.growth_interval,
-            enabled=options.enabled,
-        )
-        self._scale = self.scaler.get_scale()
-        self.skipped_steps = 0
+        self.loss_scaler = LossScaler(device, handlers.get(GradScalerKwargs))
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        self.scaler.scale(loss).backward(**kwargs)
+        self.loss_scaler.backward(loss, **kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        self.scaler.unscale_(optimizer)
+        self.loss_scaler.unscale_(optimizer)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        # A skipped step (inf/NaN gradients) is the only case in which update() lowers the scale.
-        self.scaler.step(optimizer) if closure is None else self.scaler.step(optimizer, closure)
-        self.scaler.update()
-        scale = self.scaler.get_scale()
-        stepped = not scale < self._scale
-        self._scale = scale
-        self.skipped_steps += not stepped
-        return stepped
+        return self.loss_scaler.step(optimizer, closure)
 
     def stats(self) -> dict[str, float]:
-        return {"loss_scale": self._scale, "skipped_steps": self.skipped_steps}
+        return self.loss_scaler.stats()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scaler": self.scaler.state_dict(), "skipped_steps": self.skipped_steps}
+        return self.loss_scaler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scaler.load_state_dict(state["scaler"])
-        self.skipped_steps = int(state["skipped_steps"])
-        self._scale = self.scaler.get_scale()
+        self.loss_scaler.load_state_dict(state)

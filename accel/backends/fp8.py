@@ -102,6 +102,7 @@ def create_fp8_backend(device: torch.device, handlers: Handlers) -> FP8Backend:
 
 
 def _choose(requested: str, device: torch.device) -> tuple[type[FP8Backend], str]:
+    _import_backends()
     if requested != "auto":
         cls = _registered(requested)
         reason = cls.availability(device)
@@ -113,8 +114,8 @@ def _choose(requested: str, device: torch.device) -> tuple[type[FP8Backend], str
         return cls, f"FP8 backend {requested!r}: asked for by name"
     gpu_reason = cuda_fp8_reason(device)
     if gpu_reason is not None:
-        return _registered("native"), f"FP8 backend 'native' chosen by auto: {gpu_reason}"
-    refusals = []
+        return _registered("native"), f"FP8 backend 'native' chosen by auto ({_off_gpu_reasons(device, gpu_reason)})"
+    refusals: list[str] = []
     for name in AUTO_ORDER:
         reason = FP8_BACKENDS[name].availability(device) if name in FP8_BACKENDS else "not implemented"
         if reason is None:
@@ -123,6 +124,21 @@ def _choose(requested: str, device: torch.device) -> tuple[type[FP8Backend], str
             )
         refusals.append(f"{name}: {reason}")
     raise RuntimeError("no FP8 backend can run here: " + "; ".join(refusals))
+
+
+def _off_gpu_reasons(device: torch.device, gpu_reason: str) -> str:
+    """Why auto took native, and in brief why not each library backend (`accel env` has the details)."""
+    reasons: list[str] = []
+    for name in AUTO_ORDER[:-1]:
+        cls = FP8_BACKENDS.get(name)
+        reason = "not implemented" if cls is None else cls.availability(device)
+        if reason is None:
+            brief = f"can run here, but auto takes it only on a CUDA GPU with FP8; ask for backend={name!r}"
+        else:  # each reason without the device part said once above, and without install hints
+            parts = [part.split(" (")[0] for part in reason.split("; ") if part != gpu_reason]
+            brief = "; ".join(parts) or "no FP8 GPU"
+        reasons.append(f"{name}: {brief}")
+    return f"{gpu_reason}; " + "; ".join(reasons)
 
 
 def _registered(name: str) -> type[FP8Backend]:
@@ -137,8 +153,11 @@ def _registered(name: str) -> type[FP8Backend]:
 
 
 def _import_backends() -> None:
-    """Import the backend modules, which register themselves."""
+    """Import the backend modules, which register themselves (none imports its library)."""
+    import accel.backends.fp8_ao  # noqa: F401
+    import accel.backends.fp8_msamp  # noqa: F401
     import accel.backends.fp8_native  # noqa: F401
+    import accel.backends.fp8_te  # noqa: F401
 
 
 def fp8_backend_status(device: torch.device) -> dict[str, str | None]:

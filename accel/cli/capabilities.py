@@ -1,21 +1,18 @@
 """What this machine has and can run, with the reason when it cannot: for the wizard, launch and `accel env`.
 
 Every function here imports torch lazily, so that importing this module stays cheap.
-`fp8_backend_status` is the one place that decides which FP8 backends are offered; replace its
-body with the adapters' own capability checks when they land.
+`fp8_backend_status` asks the FP8 backends' own capability checks, so the wizard and `accel env`
+offer exactly what the Accelerator would run.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 from typing import Any
 
 FP8_BACKEND_NAMES = ("native", "te", "ao", "msamp")
 """FP8 backends in the order the wizard lists them (the runnable one first)."""
-_NOT_YET = "not implemented in this version of accel"
-_FP8_CAPABILITY = (8, 9)
 
 
 def gpu_count() -> int:
@@ -57,24 +54,16 @@ def gpu_descriptions() -> list[str]:
     return lines
 
 
-def _fp8_gpu_present() -> bool:
-    import torch
+def fp8_backend_status(device: Any = None) -> dict[str, str | None]:
+    """FP8 backend -> None when it can run on `device` (default: the training device), else why not.
 
-    return any(torch.cuda.get_device_capability(i) >= _FP8_CAPABILITY for i in range(gpu_count()))
+    The backends' own capability checks (accel.backends.fp8.fp8_backend_status), which the
+    Accelerator also runs when it is built: the wizard and `accel env` say what it would.
+    """
+    from accel.backends.fp8 import fp8_backend_status as backend_status
 
-
-def fp8_backend_status() -> dict[str, str | None]:
-    """FP8 backend -> None when it can run here, else the reason it cannot (shown by the wizard and `accel env`)."""
-    fp8_gpu = _fp8_gpu_present()
-    gpu_note = "" if fp8_gpu else "; it also needs a CUDA GPU with compute capability >= 8.9 (none here)"
-    cuda_note = "" if gpu_count() else "; it also needs a CUDA GPU (none here)"
-    ao_note = "" if importlib.util.find_spec("torchao") else "; it also needs torchao (not installed)"
-    return {
-        "native": None,
-        "te": f"TransformerEngine: {_NOT_YET}{gpu_note}",
-        "ao": f"torchao: {_NOT_YET}{ao_note}",
-        "msamp": f"MS-AMP: {_NOT_YET}{cuda_note}",
-    }
+    status = backend_status(training_device() if device is None else device)
+    return {name: status[name] for name in FP8_BACKEND_NAMES}
 
 
 def training_device(use_cpu: bool = False) -> Any:

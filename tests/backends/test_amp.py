@@ -122,7 +122,7 @@ def test_disabled_scaler_still_autocasts() -> None:
 
 def test_scaler_state_round_trips() -> None:
     first = Accelerator(mixed_precision="fp16", kwarg_handlers=[GradScalerKwargs(init_scale=512)])
-    first.precision.skipped_steps = 3
+    first.precision.loss_scaler.skipped_steps = 3
     state = first.precision.state_dict()
     second = Accelerator(mixed_precision="fp16")
     second.precision.load_state_dict(state)

@@ -69,7 +69,7 @@ def test_fp8_answers_reach_the_script(clean_env: dict[str, str], tmp_path: Path)
     wizard.answer("must be an int >= 1", BACKSPACE + "1" + ENTER)  # the invalid answer is asked again
     wizard.pick("Which precision", list(CANONICAL_PRECISIONS), "fp8")
     wizard.child.expect("Which FP8 backend")
-    wizard.answer("te \\(TransformerEngine: not implemented", ENTER)  # shown, with why it cannot be chosen
+    wizard.answer("te \\(TransformerEngine is not installed", ENTER)  # shown, with why it cannot be chosen
     wizard.answer("Change any of them", "y")
     wizard.pick("fp8_format", choices_of("fp8_format"), "E4M3")
     wizard.text("margin", "1")

@@ -1,0 +1,53 @@
+"""torchao's side of FP8RecipeKwargs: the Float8LinearConfig for a recipe, and the one for eval.
+
+torchao (0.10 and newer) scales dynamically, from the current tensor: `scaling` picks one of its
+recipes. Its tensorwise recipe is HYBRID (E4M3 input and weight, E5M2 output gradient); E4M3
+casts the output gradient to E4M3 as well. Its rowwise recipes are E4M3 throughout.
+torchao is imported by these functions only, so that `import accel` does not import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from accel.kwargs_handlers import FP8RecipeKwargs
+
+AO_RECIPES: dict[str, str] = {
+    "current": "tensorwise",
+    "rowwise": "rowwise",
+    "rowwise_with_gw_hp": "rowwise_with_gw_hp",
+}
+"""FP8RecipeKwargs.scaling -> torchao's Float8LinearConfig.from_recipe_name name."""
+
+ROWWISE_FORMAT = "E4M3"
+"""The only format torchao's rowwise recipes run (E4M3 for gradients too)."""
+
+
+def float8_config(recipe: FP8RecipeKwargs, scaling: str) -> Any:
+    """torchao's Float8LinearConfig for `scaling` in `recipe.fp8_format`."""
+    from torchao.float8 import CastConfig, Float8LinearConfig  # type: ignore[import-untyped]
+
+    config = Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling])
+    if scaling == "current" and recipe.fp8_format == "E4M3":
+        e4m3 = config.cast_config_input.target_dtype
+        config = dataclasses.replace(
+            config,
+            cast_config_grad_output=CastConfig(target_dtype=e4m3),
+            cast_config_grad_output_for_grad_weight=CastConfig(target_dtype=e4m3),
+        )
+    return config
+
+
+def high_precision_config() -> Any:
+    """A Float8LinearConfig whose three GEMMs run in the weights' own precision (no FP8 cast).
+
+    torchao's documented ScalingType.DISABLED leaves a tensor in its original precision; the
+    eval-mode switch of the ao backend installs this config while the model is not training.
+    """
+    from torchao.float8 import CastConfig, Float8LinearConfig, ScalingType  # type: ignore[import-untyped]
+
+    def off() -> Any:
+        return CastConfig(scaling_type=ScalingType.DISABLED)
+
+    return Float8LinearConfig(cast_config_input=off(), cast_config_weight=off(), cast_config_grad_output=off())

@@ -1,0 +1,142 @@
+"""The `te` FP8 backend: NVIDIA TransformerEngine, on CUDA GPUs with FP8 (compute capability >= 8.9).
+
+nn.Linear and nn.LayerNorm become te.Linear and te.LayerNorm (weights copied, optimizers
+re-pointed at the new Parameters), and the model's forward runs under TE's autocast with a
+recipe built from FP8RecipeKwargs: DelayedScaling (the default), Float8CurrentScaling,
+MXFP8BlockScaling or Float8BlockScaling. TransformerEngine is imported only when this backend
+is built, never by `import accel`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
+from accel.backends.capability import cuda_fp8_reason
+from accel.backends.conversion import ConversionReport
+from accel.backends.fp8 import FP8Backend, register_fp8_backend
+from accel.backends.fp8_support import library_version, module_present, too_old_reason
+from accel.backends.te_convert import (
+    ParameterMap,
+    convert_layer_norms,
+    convert_linears,
+    layer_norm_summary,
+    plan_linears,
+)
+from accel.backends.te_recipe import DELAYED_ONLY, TEAutocast, build_recipe, recipe_support_reason
+from accel.kwargs_handlers import Handlers
+
+logger = logging.getLogger("accel")
+
+MIN_TE_VERSION = (2, 0)
+INSTALL_TE = (
+    "install it on a machine with CUDA and cuDNN: pip install --no-build-isolation "
+    "'transformer_engine[pytorch]', as docs/fp8-backends.md says"
+)
+
+
+class TEForward(ForwardWrapper):
+    """The model's forward under TE's autocast: FP8 in training, and in eval mode when asked."""
+
+    __slots__ = ("_autocast", "_fp8_in_eval")
+
+    def __init__(self, forward: Forward, autocast: TEAutocast, fp8_in_eval: bool) -> None:
+        super().__init__(forward)
+        self._autocast = autocast
+        self._fp8_in_eval = fp8_in_eval
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._autocast(self.__wrapped__.__self__.training or self._fp8_in_eval):  # type: ignore[attr-defined]
+            return self.__wrapped__(*args, **kwargs)
+
+
+@register_fp8_backend
+class TransformerEngineFP8(FP8Backend):
+    """FP8 through NVIDIA TransformerEngine's modules and autocast."""
+
+    library = "te"
+    scalings = ("delayed", "current", "mxfp8", "block")
+    honoured_fields = frozenset(
+        {"fp8_format", "margin", "amax_history_len", "amax_compute_algo", "use_autocast_during_eval", "exclude_modules"}
+    )
+
+    def __init__(self, device: torch.device, handlers: Handlers) -> None:
+        super().__init__(device, handlers)
+        self.te = _import_te()
+        from transformer_engine.common import recipe as recipe_module  # type: ignore[import-not-found]
+
+        reason = recipe_support_reason(self.te, self.scaling, device)
+        if reason is not None:
+            raise ValueError(f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on this GPU with 'te': {reason}.")
+        self.te_recipe = build_recipe(recipe_module, self.recipe, self.scaling)
+        self.autocast_factory = TEAutocast(self.te, self.te_recipe)
+        self.layer_norm_report: ConversionReport | None = None
+        self._params = ParameterMap()
+
+    @classmethod
+    def availability(cls, device: torch.device) -> str | None:
+        """None when TE can run on `device`; else why not (GPU, library, version)."""
+        reasons = [r for r in (_library_reason(), cuda_fp8_reason(device)) if r]
+        if reasons:
+            return "; ".join(reasons)
+        try:
+            te = _import_te()
+        except Exception as error:  # a broken install raises anything (OSError, RuntimeError, ...)
+            return f"TransformerEngine is installed but does not import: {type(error).__name__}: {error}"
+        version = library_version(_root_module(te), ("transformer_engine", "transformer-engine"))
+        return too_old_reason("TransformerEngine", version, MIN_TE_VERSION, INSTALL_TE)
+
+    def _check_recipe(self) -> None:
+        delayed_fields = sorted(self.recipe.explicit_fields & set(DELAYED_ONLY))
+        if self.scaling != "delayed" and self.scaling in self.scalings and delayed_fields:
+            raise ValueError(
+                f"FP8RecipeKwargs sets {', '.join(delayed_fields)}, which only delayed scaling uses, but scaling is "
+                f"{self.scaling!r}: TransformerEngine's {self.scaling} recipe has no amax history or margin. "
+                "Remove them, or use scaling='delayed'."
+            )
+        super()._check_recipe()
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        exclude = self.recipe.exclude_modules
+        report = plan_linears(module, self.te, exclude)
+        self._record_conversion(report)  # raises, leaving the model as it was, when no Linear can run in FP8
+        convert_linears(module, self.te, report, self._params)
+        norms = convert_layer_norms(module, self.te, exclude, self._params)
+        self.layer_norm_report = norms
+        logger.info(layer_norm_summary(norms))
+        return module
+
+    def wrap_forward(self, forward: Forward) -> Forward:
+        return TEForward(forward, self.autocast_factory, self.recipe.use_autocast_during_eval)
+
+    def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
+        """Optimizers built on the model before `prepare` now step the TE modules' Parameters."""
+        for wrapped in optimizers:
+            self._params.remap(wrapped.optimizer)
+
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Weights only, under the nn.Linear/nn.LayerNorm names; TE's pickled `_extra_state` is left out."""
+        return {name: value for name, value in model.state_dict().items() if not name.endswith("_extra_state")}
+
+
+def _library_reason() -> str | None:
+    if module_present("transformer_engine"):
+        return None
+    return f"TransformerEngine is not installed ({INSTALL_TE})"
+
+
+def _import_te() -> ModuleType:
+    import transformer_engine.pytorch as te  # type: ignore[import-not-found]
+
+    return te
+
+
+def _root_module(te: ModuleType) -> ModuleType | None:
+    return sys.modules.get(te.__name__.split(".")[0])

@@ -1,0 +1,213 @@
+"""The `msamp` backend against the stand-in MS-AMP: initialize once both are prepared, loss scaling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from accel import Accelerator, FP8RecipeKwargs, GradScalerKwargs
+from accel.backends.fp8_msamp import MSAMPFP8
+from accel.kwargs_handlers import KwargsHandler
+
+
+def msamp_accelerator(*handlers: KwargsHandler, **recipe: Any) -> Accelerator:
+    recipe.setdefault("use_autocast_during_eval", True)
+    return Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="msamp", **recipe), *handlers])
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16), nn.Linear(16, 3))
+
+
+@pytest.fixture
+def msamp(fake_msamp: Any, fp8_gpu: Any) -> Any:
+    fake_msamp.install()
+    return fake_msamp
+
+
+def fp8_linear_names(model: nn.Module) -> list[str]:
+    return [name for name, m in model.named_modules() if type(m).__module__ == "msamp.nn"]
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_model_and_optimizer_in_one_call_are_initialized_once(msamp: Any, level: Any) -> None:
+    accelerator = msamp_accelerator(optimization_level=level)
+    model = make_model()
+    raw = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, raw)
+    (name, kwargs), = msamp.calls
+    assert kwargs["model"] is model and kwargs["optimizer"] is raw and kwargs["opt_level"] == level
+    assert type(optimizer.optimizer).__name__ == "LBAdam"  # what MS-AMP builds for AdamW since torch 2.6 ...
+    assert optimizer.optimizer.use_adam is False  # ... with AdamW's decoupled weight decay restored
+    assert fp8_linear_names(model) == ["0", "2"]
+    assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in model.parameters()}
+
+
+@pytest.mark.parametrize("model_first", [True, False])
+def test_model_and_optimizer_in_separate_calls_in_either_order(msamp: Any, model_first: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    raw = torch.optim.Adam(model.parameters())
+    if model_first:
+        model = accelerator.prepare(model)
+        assert msamp.calls == []
+        optimizer = accelerator.prepare(raw)
+    else:
+        optimizer = accelerator.prepare(raw)
+        assert msamp.calls == []
+        model = accelerator.prepare(model)
+    assert len(msamp.calls) == 1 and type(optimizer.optimizer).__name__ == "LBAdam"
+    assert optimizer.optimizer.use_adam is True
+    model(torch.randn(4, 16))
+
+
+def test_forward_before_the_optimizer_is_prepared_refuses(msamp: Any) -> None:
+    model = msamp_accelerator().prepare(make_model())
+    with pytest.raises(RuntimeError, match="MS-AMP converts a model together with its torch.optim.Adam/AdamW"):
+        model(torch.randn(4, 16))
+
+
+def test_training_steps_through_the_new_optimizer_with_loss_scaling(msamp: Any) -> None:
+    accelerator = msamp_accelerator(GradScalerKwargs(init_scale=256.0))
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    x, y = torch.randn(32, 16), torch.randn(32, 3)
+    losses = []
+    for _ in range(5):
+        loss = nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert accelerator.step_stats == {"loss_scale": 256.0, "skipped_steps": 0}
+
+
+def test_a_step_with_inf_gradients_is_skipped_and_the_scale_lowered(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    before = [p.detach().clone() for p in model.parameters()]
+    accelerator.backward(model(torch.full((4, 16), float("inf"))).sum())
+    optimizer.step()
+    assert accelerator.optimizer_step_was_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert accelerator.step_stats == {"loss_scale": 32768.0, "skipped_steps": 1}
+
+
+def test_scheduler_changes_reach_the_optimizer_msamp_built(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    raw = torch.optim.AdamW(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(raw, step_size=1, gamma=0.5)
+    model, optimizer, scheduler = accelerator.prepare(model, raw, scheduler)
+    accelerator.backward(model(torch.randn(4, 16)).square().mean())
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.optimizer is not raw and optimizer.optimizer.param_groups[0]["lr"] == 0.5
+
+
+def test_exclude_modules_keep_layers_in_high_precision(msamp: Any) -> None:
+    accelerator = msamp_accelerator(exclude_modules=("2",))
+    model = make_model()
+    model, _ = accelerator.prepare(model, torch.optim.Adam(model.parameters()))
+    assert fp8_linear_names(model) == ["0"]
+    assert not hasattr(model[2], "use_fp32_linear") and not hasattr(model[3], "use_fp32_linear")
+    report = accelerator.precision.conversion_report
+    assert [d.category for d in report.layers] == ["converted", "excluded", "not a multiple of 16"]
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.RMSprop])
+def test_a_non_adam_optimizer_raises_at_prepare_naming_native(msamp: Any, optimizer: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    with pytest.raises(ValueError, match=r"accepts only torch.optim.Adam and torch.optim.AdamW.*"
+                                         r"backend='native' runs FP8 on any device, with any optimizer at"):
+        accelerator.prepare(model, optimizer(model.parameters(), lr=0.1))
+    assert msamp.calls == []
+
+
+def test_an_adam_subclass_and_amsgrad_raise(msamp: Any) -> None:
+    class MyAdam(torch.optim.Adam):
+        pass
+
+    model = make_model()
+    with pytest.raises(ValueError, match="not subclasses"):
+        msamp_accelerator().prepare(MyAdam(model.parameters()))
+    with pytest.raises(ValueError, match="amsgrad=True"):
+        msamp_accelerator().prepare(torch.optim.AdamW(model.parameters(), amsgrad=True))
+
+
+def test_optimizer_with_parameters_of_another_model_raises(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    with pytest.raises(ValueError, match="do not belong to the prepared model"):
+        accelerator.prepare(make_model(), torch.optim.Adam(make_model().parameters()))
+
+
+def test_a_second_model_raises(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    accelerator.prepare(make_model())
+    with pytest.raises(NotImplementedError, match="runs one model"):
+        accelerator.prepare(make_model())
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ({"margin": 1}, r"FP8RecipeKwargs\(margin=1\) cannot run on the 'msamp' FP8 backend: it always runs margin=0"),
+    ({"fp8_format": "E4M3"}, "it always runs fp8_format='HYBRID'"),
+    ({"use_autocast_during_eval": False}, "it always runs use_autocast_during_eval=True"),
+    ({"amax_history_len": 16}, "sets amax_history_len, which the 'msamp' FP8 backend cannot honour"),
+    ({"scaling": "current"}, "scaling='current'.*'msamp'"),
+])
+def test_recipe_fields_msamp_cannot_honour_raise(msamp: Any, field: Any, message: Any) -> None:
+    with pytest.raises(ValueError, match=message):
+        msamp_accelerator(**field)
+
+
+def test_fields_msamp_runs_are_accepted_when_set_explicitly(msamp: Any) -> None:
+    accelerator = msamp_accelerator(fp8_format="HYBRID", margin=0, amax_compute_algo="max", optimization_level="O2")
+    assert accelerator.precision.scaling == "delayed"
+
+
+def test_default_eval_setting_is_reported_since_msamp_runs_fp8_in_eval(msamp: Any) -> None:
+    from accel import _warnings
+
+    _warnings._given.clear()
+    with pytest.warns(UserWarning, match="backend='msamp' runs FP8 in eval mode too"):
+        Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="msamp")])
+
+
+def test_msamp_without_cuda_raises_with_the_reasons() -> None:
+    with pytest.raises(RuntimeError) as error:
+        msamp_accelerator()
+    assert "the device is cpu, not a CUDA GPU with FP8" in str(error.value)
+    assert "MS-AMP is not installed (it is not on PyPI" in str(error.value)
+
+
+def test_availability_with_msamp_installed(fake_msamp: Any) -> None:
+    fake_msamp.install(version="0.2.0")
+    reason = MSAMPFP8.availability(torch.device("cpu"))
+    assert reason == "the device is cpu, not a CUDA GPU with FP8 (compute capability >= 8.9)"
+
+
+def test_availability_with_an_old_msamp(fake_msamp: Any, fp8_gpu: Any) -> None:
+    fake_msamp.install(version="0.2.0")
+    assert MSAMPFP8.availability(torch.device("cpu")).startswith("MS-AMP 0.2.0 is installed, accel needs 0.3 or newer")
+    fake_msamp.install(version="0.4.0")
+    assert MSAMPFP8.availability(torch.device("cpu")) is None
+
+
+def test_a_second_optimizer_raises(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    with pytest.raises(NotImplementedError, match="runs one optimizer, 2 were prepared"):
+        accelerator.prepare(model, torch.optim.Adam(model[0].parameters()), torch.optim.Adam(model[2].parameters()))
+    accelerator = msamp_accelerator()
+    model = make_model()
+    accelerator.prepare(model, torch.optim.Adam(model.parameters()))
+    with pytest.raises(NotImplementedError, match="has already converted the model with its optimizer"):
+        accelerator.prepare(torch.optim.Adam(model.parameters()))
