@@ -16,7 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool, check_int
-from accel.accelerator import checkpointing
+from accel.accelerator import checkpointing, distributed, operations
 from accel.accelerator import model as model_utils
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.gradient_state import GradientState
@@ -27,7 +27,15 @@ from accel.accelerator.state import ProcessState
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
-from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, Handlers, KwargsHandler, collect_handlers
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    Handlers,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    collect_handlers,
+)
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting, fp8_recipe_from_env
 
 
@@ -56,7 +64,7 @@ class Accelerator:
         precision = _setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
         steps = _setting(GRADIENT_ACCUMULATION_STEPS, gradient_accumulation_steps, _positive_int)
         use_cpu = _setting(USE_CPU, cpu, check_bool)
-        self.state = ProcessState.from_environment(cpu=use_cpu)
+        self.state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
         self.precision: PrecisionBackend = create_backend(precision, self.state.device, self.handlers)
         self.gradient_state = GradientState(steps)
         self.device_placement = check_bool("device_placement", device_placement)
@@ -71,6 +79,7 @@ class Accelerator:
         self._dataloaders: list[PreparedDataLoader] = []
         self._orphan_optimizers_warned: set[int] = set()
         self._checkpointed_objects: list[Any] = []
+        self._check_same_setup_on_every_process()
 
     # ----------------------------------------------------------------- properties
     @property
@@ -160,7 +169,9 @@ class Accelerator:
         """Move `model` to the device and convert it for the precision."""
         if any(model is prepared for prepared in self._models):
             return model
-        model = model_utils.prepare_model(model, self.precision, self.device, self.device_placement)
+        model = model_utils.prepare_model(model, self.precision, self.device, self.device_placement, self.state)
+        ddp_options = self.handlers.get(DistributedDataParallelKwargs)
+        model = model_utils.wrap_for_processes(model, self.state, ddp_options)
         self._models.append(model)
         return model
 
@@ -176,14 +187,14 @@ class Accelerator:
     def prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
         """Wrap `scheduler` so that it advances once per optimizer step that really happened."""
         owner = scheduler.optimizer
-        optimizers = [o for o in self._optimizers if o is owner or o.optimizer is owner]
+        optimizers = [o for o in self._optimizers if owner in (o, o.optimizer, o.original)]
         wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
         self._schedulers.append(wrapped)
         return wrapped
 
     def prepare_data_loader(self, loader: DataLoader[Any]) -> PreparedDataLoader:
-        """Wrap `loader` so that its batches land on the device."""
-        wrapped = PreparedDataLoader(loader, self.device, self.gradient_state, self.device_placement)
+        """Wrap `loader` so that its batches land on the device (and each process gets its own part)."""
+        wrapped = PreparedDataLoader(loader, self.device, self.gradient_state, self.device_placement, self.state)
         self._dataloaders.append(wrapped)
         return wrapped
 
@@ -313,14 +324,84 @@ class Accelerator:
         self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
 
     # ----------------------------------------------------------------- processes
+    def gather(self, tensor: Any) -> Any:
+        """Every process's tensors (a tensor or a nested tuple/list/dict of them), concatenated
+        along the first dimension in process order; the input itself in a single process."""
+        return operations.gather(tensor, self.state)
+
+    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
+        """Each tensor summed (`"sum"`) or averaged (`"mean"`) over the processes, as new tensors."""
+        return operations.reduce(tensor, self.state, reduction)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """`gather`, without the samples that padding repeated in the last batch of an epoch.
+
+        Data other than tensors (or with `use_gather_object=True`) is gathered as Python objects:
+        a list from each process is concatenated into one list.
+        """
+        keep = next((d.gathered_rows_to_keep() for d in reversed(self._dataloaders) if d.ending), None)
+        return operations.gather_for_metrics(input_data, self.state, keep, use_gather_object)
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this call (nothing to wait for in one process)."""
+        operations.barrier(self.state)
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the block on the main process first, then on the others (say, to download or cache data once)."""
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """Run the block on each machine's first process first, then on that machine's others."""
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, leading: bool) -> Iterator[None]:
+        if not leading:
+            self.wait_for_everyone()
+        yield
+        if leading:
+            self.wait_for_everyone()
+
+    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: `function` runs on the main process only (elsewhere the call returns None)."""
+        return function if self.is_main_process else _skipped
+
+    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorator: `function` runs on each machine's first process only (elsewhere it returns None)."""
+        return function if self.is_local_main_process else _skipped
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """print() on the main process only."""
         if self.is_main_process:
             print(*args, **kwargs)
 
     def end_training(self) -> None:
-        """Release what the precision set up for the process."""
+        """Release what the precision set up; with several processes, wait for all of them and leave
+        the process group (a later Accelerator in this process creates a new one)."""
         self.precision.teardown()
+        if self.state.distributed:
+            self.wait_for_everyone()
+            distributed.leave_process_group()
+
+    def _check_same_setup_on_every_process(self) -> None:
+        """Compare this process's configuration with the others' (one small all-gather); raise if any differs."""
+        if not self.state.distributed:
+            return
+        recipes = {kind.__name__: self.handlers.get(kind) for kind in self.precision.handler_types}
+        distributed.check_same_setup(
+            distributed.setup_fingerprint(
+                mixed_precision=self.mixed_precision,
+                gradient_accumulation_steps=self.gradient_accumulation_steps,
+                device_type=self.device.type,
+                backend=self.state.backend,
+                ddp=self.handlers.get(DistributedDataParallelKwargs),
+                **recipes,
+            )
+        )
 
     def __repr__(self) -> str:
         return (
@@ -343,6 +424,10 @@ def _with_environment_recipe(handlers: Handlers) -> Handlers:
             stacklevel=3,
         )
     return handlers.with_environment(recipe)
+
+
+def _skipped(*args: Any, **kwargs: Any) -> None:
+    """What an `on_main_process` function is on the other processes."""
 
 
 def _positive_int(argument: str, value: Any) -> int:

@@ -1,5 +1,6 @@
-"""PreparedDataLoader: batches on the right device, the end of an epoch made visible, and a
-position that a checkpoint can save and resume from."""
+"""PreparedDataLoader: batches on the right device, the end of an epoch made visible, a position
+that a checkpoint can save and resume from, and, with several processes, this process's part of
+the data (see sharding.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from torch.utils.data import DataLoader
 
 from accel._tree import map_tensors
 from accel.accelerator.gradient_state import GradientState
+from accel.accelerator.operations import Keep
+from accel.accelerator.sharding import shard_loader
+from accel.accelerator.state import ProcessState
 
 _END = object()
 """Returned by next() on an exhausted iterator."""
@@ -38,10 +42,23 @@ class PreparedDataLoader:
     `state_dict()` records the position in the running epoch; after `load_state_dict()`, the
     next iteration continues that epoch at the next batch, in the same order (see
     docs/checkpoints.md).
+
+    With several processes (`state`), `loader` is rebuilt so that each process iterates its own
+    part of every epoch; `self.loader` is that rebuilt loader and `len()` counts this process's
+    batches.
     """
 
-    def __init__(self, loader: DataLoader[Any], device: torch.device, gradients: GradientState, place: bool):
-        self.loader = loader
+    def __init__(
+        self,
+        loader: DataLoader[Any],
+        device: torch.device,
+        gradients: GradientState,
+        place: bool,
+        state: ProcessState | None = None,
+    ):
+        self.loader, self._sharding = shard_loader(loader, state or ProcessState(device=device))
+        self.ending = False
+        """True while the epoch's last batch is in use (gather_for_metrics then drops padding)."""
         self.device = device
         self._gradients = gradients
         self._place = place and device.type != "cpu"
@@ -53,6 +70,7 @@ class PreparedDataLoader:
         gradients = self._gradients
         gradients.end_of_dataloader = False
         epoch = _Epoch(self._epochs_started, _capture_rng(self.loader))
+        self._sharding.start_epoch(epoch.index)
         batches, current = self._open(epoch)
         self._epochs_started = epoch.index + 1
         if current is _END:
@@ -65,9 +83,11 @@ class PreparedDataLoader:
                 current = upcoming
             gradients.end_of_dataloader = True
             epoch.batches += 1
+            self.ending = True
             yield self._to_device(current)
         finally:
             gradients.end_of_dataloader = False
+            self.ending = False
             self._running.remove(epoch)
 
     def _open(self, epoch: _Epoch) -> tuple[Iterator[Any], Any]:
@@ -97,6 +117,13 @@ class PreparedDataLoader:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    def gathered_rows_to_keep(self) -> Keep:
+        """While the epoch's last batch is in use: which rows of its gather across processes are real
+        samples (the first n, or these positions), or None when none is padding."""
+        if not self.ending or not self._running:
+            return None
+        return self._sharding.keep(self._running[-1].batches)
 
     def _to_device(self, batch: Any) -> Any:
         if not self._place:

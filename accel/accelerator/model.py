@@ -1,27 +1,78 @@
-"""Preparing a model for a precision, and undoing the wrapping again."""
+"""Preparing a model for a precision and for several processes, and undoing the wrapping again."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from accel.accelerator import operations
+from accel.accelerator.state import ProcessState
 from accel.backends.base import ForwardWrapper, PrecisionBackend
+from accel.kwargs_handlers import DistributedDataParallelKwargs
 
 
-def prepare_model(model: nn.Module, backend: PrecisionBackend, device: torch.device, place: bool) -> nn.Module:
+def prepare_model(
+    model: nn.Module, backend: PrecisionBackend, device: torch.device, place: bool, state: ProcessState | None = None
+) -> nn.Module:
     """Move `model` to `device`, convert it for the precision and install its forward wrapper.
 
-    Preparing a model twice (by one Accelerator or by several in turn) leaves one wrapper.
+    Preparing a model twice (by one Accelerator or by several in turn) leaves one wrapper; a
+    DistributedDataParallel model is prepared through the module inside it. With several
+    processes, process 0's weights are sent to all before the conversion, so that everything a
+    backend derives from them is the same on every process too.
     """
+    model = unwrap_model(model)
     restore_forward(model)
     if place:
         model.to(device)
+    if state is not None and state.distributed:
+        broadcast_module(model, state)
     model = backend.convert_module(model)
     forward = model.forward
     wrapped = backend.wrap_forward(forward)
     if wrapped is not forward:
         model.forward = wrapped  # type: ignore[method-assign]
     return model
+
+
+def broadcast_module(model: nn.Module, state: ProcessState) -> None:
+    """Copy process 0's parameters and buffers into `model` on every process.
+
+    Raises ValueError on every process, naming the first difference, when the processes' models
+    do not have the same tensors (names, shapes, dtypes).
+    """
+    named = [*model.named_parameters(), *model.named_buffers()]
+    layout = [(name, tuple(t.shape), str(t.dtype)) for name, t in named]
+    for rank, theirs in enumerate(operations.gather_objects(layout, state)):
+        if theirs != layout:
+            difference = next((f"{a} here, {b} there" for a, b in zip(layout, theirs) if a != b), "a different count")
+            raise ValueError(
+                f"prepare: the model differs between process {state.process_index} and process {rank} "
+                f"({difference}); every process must build the same model before prepare()."
+            )
+    with torch.no_grad():
+        for _, tensor in named:
+            operations.broadcast(tensor.detach(), state)
+
+
+def wrap_for_processes(model: nn.Module, state: ProcessState, options: DistributedDataParallelKwargs) -> nn.Module:
+    """`model` in DistributedDataParallel when several processes train it, else `model` itself.
+
+    Called after the precision's conversion, so that DDP registers the parameters that train. A
+    backend that averages some gradients itself (FP8 gradients kept outside `param.grad`) marks
+    those parameters at conversion with DDP's own `_set_params_and_buffers_to_ignore_for_model`;
+    a model with no other parameter that trains is returned as it is. The processes' weights
+    already agree (see `broadcast_module`), so DDP's own start-up broadcast is skipped.
+    """
+    if not state.distributed:
+        return model
+    ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+    if not any(p.requires_grad for name, p in model.named_parameters() if name not in ignored):
+        return model
+    device_ids = [state.device] if state.device.type in ("cuda", "xpu") else None
+    # Only the options the user changed: torch's defaults are the handler's, and naming a
+    # deprecated option (broadcast_buffers) at its default would make torch warn for nothing.
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options.to_kwargs())
 
 
 def restore_forward(model: nn.Module) -> None:

@@ -91,12 +91,6 @@ def test_fp8_backend_that_cannot_run_refuses_rather_than_running_something_else(
         Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="te")])
 
 
-def test_several_processes_are_refused_until_supported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(NotImplementedError, match="WORLD_SIZE=2"):
-        Accelerator()
-
-
 def test_several_accelerators_with_different_precisions_coexist() -> None:
     first = Accelerator(mixed_precision="fp16")
     second = Accelerator(mixed_precision="bf16")

@@ -52,10 +52,7 @@ def setup_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
         )
     else:
         problems += _fp8_problems(manifest.fp8, fp8_setup(accelerator))
-    if manifest.num_processes != accelerator.num_processes:
-        problems.append(
-            f"it was saved by {manifest.num_processes} process(es), this run has {accelerator.num_processes}"
-        )
+    problems += _process_problems(manifest, accelerator.num_processes)
     for kind, count in contents_of(accelerator).items():
         saved = manifest.contents[kind]
         if saved != count:
@@ -67,6 +64,23 @@ def setup_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
             f"has {accelerator.gradient_accumulation_steps}"
         )
     return problems
+
+
+def _process_problems(manifest: Manifest, processes: int) -> list[str]:
+    """A checkpoint loads in another number of processes unless a dataloader was inside an epoch:
+    where each process was in it depends on how many split the data."""
+    if manifest.num_processes == processes:
+        return []
+    inside = [f"dataloader {i} at epoch {p['epoch']}, batch {p['batch']}" for i, p in enumerate(manifest.dataloaders)
+              if p.get("batch", 0) != 0]
+    if not inside:
+        return []
+    return [
+        f"it was saved by {manifest.num_processes} process(es) in the middle of an epoch ({', '.join(inside)}), and "
+        f"this run has {processes}: a position inside an epoch cannot be carried over to a different number of "
+        f"processes, which split the data differently. Resume with {manifest.num_processes} process(es), or from a "
+        "checkpoint saved between epochs (any number of processes can resume those)"
+    ]
 
 
 def optimizer_problems(index: int, optimizer: Any, state: Any) -> list[str]:

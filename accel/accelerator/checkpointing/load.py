@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from accel.accelerator.checkpointing.errors import CheckpointError
 from accel.accelerator.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from accel.accelerator.checkpointing.naming import leftover_of, numbered_checkpoints
+from accel.accelerator.checkpointing.processes import agree, on_main
 from accel.accelerator.checkpointing.project import check_folder
 from accel.accelerator.checkpointing.state import apply, stage
 
@@ -20,17 +21,24 @@ _ACCELERATE_FILES = ("random_states_0.pkl", "optimizer.bin", "scheduler.bin", "p
 
 
 def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | None) -> Path:
-    """Restore the checkpoint in `input_dir`, or the project's newest one; return its folder."""
-    folder = _source(accelerator, input_dir)
+    """Restore the checkpoint in `input_dir`, or the project's newest one; return its folder.
+
+    With several processes, every process must call it: the main process picks the folder, every
+    process reads it (on several machines it must be on a shared filesystem, or copied to the same
+    path on each), and if any process cannot, every process raises.
+    """
+    folder = on_main(accelerator, lambda: _source(accelerator, input_dir), "load_state")
     label = f"load_state: checkpoint {str(folder)!r}"
-    manifest = open_checkpoint(folder, label)
-    apply(accelerator, stage(accelerator, folder, manifest, label), label)
+    verify = accelerator.is_local_main_process  # one check of the files per machine
+    manifest = agree(accelerator, lambda: open_checkpoint(folder, label, verify=verify), "load_state")
+    staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label), "load_state")
+    apply(accelerator, staged, label)
     accelerator.save_iteration = max(accelerator.save_iteration, manifest.iteration + 1)
     return folder
 
 
-def open_checkpoint(folder: Path, label: str) -> Manifest:
-    """The manifest of the checkpoint in `folder`, after checking every file against it."""
+def open_checkpoint(folder: Path, label: str, verify: bool = True) -> Manifest:
+    """The manifest of the checkpoint in `folder`, after checking every file against it (if `verify`)."""
     if not folder.exists():
         leftover = leftover_of(folder)
         hint = (
@@ -45,7 +53,8 @@ def open_checkpoint(folder: Path, label: str) -> Manifest:
     if not (folder / MANIFEST_NAME).is_file():
         raise CheckpointError(f"{label}: not an accel checkpoint, it has no {MANIFEST_NAME}. {_what_it_is(folder)}")
     manifest = read_manifest(folder, label)
-    verify_files(folder, manifest, label)
+    if verify:
+        verify_files(folder, manifest, label)
     return manifest
 
 

@@ -13,6 +13,7 @@ from accel._version import __version__
 from accel.accelerator.checkpointing.compat import fp8_setup
 from accel.accelerator.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
 from accel.accelerator.checkpointing.naming import next_number, numbered_name, to_rotate_out
+from accel.accelerator.checkpointing.processes import on_main
 from accel.accelerator.checkpointing.project import check_folder
 from accel.accelerator.checkpointing.serialization import save_tensors, save_torch
 from accel.accelerator.checkpointing.state import Snapshot, collect
@@ -23,18 +24,28 @@ if TYPE_CHECKING:
 
 
 def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> Path:
-    """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it."""
+    """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it.
+
+    With several processes, every process must call it: all take part in gathering the state,
+    the main process alone writes, and every process returns its folder (or raises its error).
+    """
+    snapshot = collect(accelerator)
+    target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
+    accelerator.save_iteration = iteration + 1
+    return target
+
+
+def _publish(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot) -> tuple[Path, int]:
+    """Choose the folder, write the snapshot there atomically and rotate old checkpoints (main process)."""
     target, iteration, automatic = _target(accelerator, output_dir)
     _refuse_foreign_folder(target)
-    snapshot = collect(accelerator)
     limit = accelerator.project_configuration.total_limit
     if automatic:
         _rotate(target.parent, limit)  # what a save killed before its rotation left behind
     publish_folder(target, lambda folder: _write(folder, snapshot, accelerator, iteration))
-    accelerator.save_iteration = iteration + 1
     if automatic:
         _rotate(target.parent, limit, keep=target)
-    return target
+    return target, iteration
 
 
 def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:

@@ -27,7 +27,8 @@ from accel.accelerator.checkpointing.models import (
     model_weights,
     weight_problems,
 )
-from accel.accelerator.checkpointing.rng import capture_rng, restore_rng
+from accel.accelerator.checkpointing.processes import averaged, own_files, per_process_objects, warn_no_rng
+from accel.accelerator.checkpointing.rng import restore_rng
 from accel.accelerator.checkpointing.serialization import check_safe, load_tensors, load_torch, tensor_shapes
 
 if TYPE_CHECKING:
@@ -48,18 +49,22 @@ class Snapshot:
 
 
 def collect(accelerator: Accelerator) -> Snapshot:
-    """Gather the state to save; raises TypeError naming any part that cannot be stored safely."""
+    """Gather the state to save; raises TypeError naming any part that cannot be stored safely.
+
+    With several processes every process takes part (gradients and per-process state are
+    exchanged), and every process ends with the whole snapshot.
+    """
     gradient_state = accelerator.gradient_state
     inside_window = gradient_state.step != 0
     tensors: dict[str, dict[str, torch.Tensor]] = {}
     for index, model in enumerate(accelerator._models):
         tensors[layout.model_file(index)] = model_weights(accelerator, model)
         if inside_window:
-            tensors[layout.gradients_file(index)] = model_gradients(accelerator, model)
+            tensors[layout.gradients_file(index)] = averaged(model_gradients(accelerator, model), accelerator)
     described = _described_objects(accelerator)
     for value, what in described.values():
         check_safe(value, what)
-    loaders = described[layout.dataloaders_file(accelerator.process_index)][0]
+    loaders = described[layout.dataloaders_file(0)][0]
     return Snapshot(
         tensors=tensors,
         objects={name: value for name, (value, _) in described.items()},
@@ -84,10 +89,7 @@ def _described_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
         what = f"the state_dict() of registered object {index} ({type(obj).__name__})"
         found[layout.custom_file(index)] = (obj.state_dict(), what)
     found[layout.PRECISION_FILE] = (accelerator.precision.state_dict(), "the precision's state_dict()")
-    rank = accelerator.process_index
-    found[layout.random_states_file(rank)] = (capture_rng(), "the RNG states")
-    loaders = [loader.state_dict() for loader in accelerator._dataloaders]
-    found[layout.dataloaders_file(rank)] = (loaders, "the dataloaders' positions")
+    found.update(per_process_objects(accelerator))
     return found
 
 
@@ -110,7 +112,7 @@ def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str
         shapes = tensor_shapes(folder / layout.model_file(index), label)
         problems += [f"model {index}: {problem}" for problem in weight_problems(accelerator, model, shapes)]
     _raise_if(label, problems)
-    objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator)}
+    objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator, manifest)}
     problems = []
     for index, optimizer in enumerate(accelerator._optimizers):
         problems += optimizer_problems(index, optimizer, objects[layout.optimizer_file(index)])
@@ -126,9 +128,10 @@ def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
     """Restore a staged checkpoint into the Accelerator and its prepared objects."""
     objects = staged.objects
     rank = accelerator.process_index
+    rng_file, loaders_file = own_files(rank, staged.manifest.num_processes)
     for index, loader in enumerate(accelerator._dataloaders):
-        with _restoring(label, f"dataloader {index}", layout.dataloaders_file(rank)):
-            loader.load_state_dict(objects[layout.dataloaders_file(rank)][index])
+        with _restoring(label, f"dataloader {index}", loaders_file):
+            loader.load_state_dict(objects[loaders_file][index])
     for index, obj in enumerate(accelerator._checkpointed_objects):
         with _restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])
@@ -147,26 +150,29 @@ def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
     accumulation = staged.manifest.gradient_accumulation
     accelerator.gradient_state.step = accumulation["micro_batch"]
     accelerator.gradient_state.sync_gradients = accumulation["sync_gradients"]
-    with _restoring(label, "the RNG states", layout.random_states_file(rank)):
-        restore_rng(objects[layout.random_states_file(rank)])
+    if rng_file is None:
+        warn_no_rng(rank, staged.manifest.num_processes)
+        return
+    with _restoring(label, "the RNG states", rng_file):
+        restore_rng(objects[rng_file])
 
 
-def _object_files(accelerator: Accelerator) -> list[str]:
-    """The torch.save files this process reads: the shared ones and its own."""
-    rank = accelerator.process_index
+def _object_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
+    """The torch.save files this process reads: the shared ones and its own (see processes.own_files)."""
+    rng_file, loaders_file = own_files(accelerator.process_index, manifest.num_processes)
     return [
         *(layout.optimizer_file(i) for i in range(len(accelerator._optimizers))),
         *(layout.scheduler_file(i) for i in range(len(accelerator._schedulers))),
         *(layout.custom_file(i) for i in range(len(accelerator._checkpointed_objects))),
         layout.PRECISION_FILE,
-        layout.random_states_file(rank),
-        layout.dataloaders_file(rank),
+        *([rng_file] if rng_file is not None else []),
+        loaders_file,
     ]
 
 
 def _missing_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
     models = range(len(accelerator._models))
-    needed = [*(layout.model_file(i) for i in models), *_object_files(accelerator)]
+    needed = [*(layout.model_file(i) for i in models), *_object_files(accelerator, manifest)]
     if manifest.gradient_accumulation["micro_batch"]:
         needed += [layout.gradients_file(i) for i in models]
     return [f"the manifest does not list {name}" for name in needed if name not in manifest.files]

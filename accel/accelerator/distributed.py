@@ -1,0 +1,232 @@
+"""The torch.distributed process group: joined once per process, reused, left by end_training.
+
+`accel launch --num_processes N` (torch.distributed.run) starts each process with RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set. The first
+Accelerator of a process with WORLD_SIZE > 1 joins the group; later ones reuse it. The group is
+the only state accel keeps per process: everything else lives in each Accelerator.
+
+accel makes its own rendezvous store (rather than letting init_process_group make it) for two
+reasons: its errors can name the address, the port and the flag to change; and each group it
+creates gets keys of its own in the store, so that a group can be created again after
+`end_training()` destroyed the previous one (torch's default keys would collide).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import itertools
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from accel.kwargs_handlers import InitProcessGroupKwargs
+
+_DEFAULT_BACKENDS = {"cuda": "nccl", "xpu": "xccl"}
+"""The backend for each device type; any other (the CPU) uses gloo."""
+
+_generations = itertools.count()
+"""Numbers the groups accel creates in this process, for their store keys. Every process creates
+and destroys groups in the same order, so they agree on the number."""
+
+_created: list[tuple[Any, Any] | None] = [None]
+"""(the group accel created, the excepthook before it), while it exists: end_training destroys
+that group only, never one the script created itself."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """This process's place as torchrun describes it."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+
+def read_layout(environ: Mapping[str, str]) -> Layout:
+    """The layout from torchrun's variables; one process when WORLD_SIZE is unset or 1."""
+    world_size = _int_variable(environ, "WORLD_SIZE", "1", minimum=1)
+    if world_size == 1:
+        return Layout()
+    if "RANK" not in environ:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} is set but RANK is not, so this process cannot know its place among the "
+            f"{world_size}. Start the script with `accel launch --num_processes {world_size} script.py` (or "
+            "torchrun), which sets both, or unset WORLD_SIZE to run one process."
+        )
+    rank = _int_variable(environ, "RANK", "0", minimum=0, maximum=world_size - 1)
+    local_world_size = _int_variable(environ, "LOCAL_WORLD_SIZE", str(world_size), minimum=1, maximum=world_size)
+    local_rank = _int_variable(environ, "LOCAL_RANK", str(rank), minimum=0, maximum=local_world_size - 1)
+    return Layout(rank, local_rank, world_size, local_world_size)
+
+
+def _int_variable(environ: Mapping[str, str], name: str, default: str, *, minimum: int, maximum: int | None = None) -> int:
+    text = environ.get(name, default)
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        bound = f"an int from {minimum} to {maximum}" if maximum is not None else f"an int >= {minimum}"
+        raise ValueError(
+            f"{name}={text!r} is not accepted: torchrun sets it to {bound}. Start the script with accel launch "
+            "(or torchrun) rather than setting it by hand."
+        )
+    return value
+
+
+def default_backend(device: torch.device) -> str:
+    """nccl for CUDA, xccl for XPU, gloo for the CPU."""
+    return _DEFAULT_BACKENDS.get(device.type, "gloo")
+
+
+def join_process_group(layout: Layout, device: torch.device, options: InitProcessGroupKwargs) -> str:
+    """Initialise the process group for `layout` (or reuse the one that exists); its backend."""
+    if dist.is_initialized():
+        return _reuse(layout, options)
+    backend = options.backend or default_backend(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    store = _rendezvous(layout, options)
+    hook = sys.excepthook  # init_process_group prefixes tracebacks with the rank; destroy puts it back
+    dist.init_process_group(
+        backend, store=store, rank=layout.rank, world_size=layout.world_size, timeout=options.timeout
+    )
+    _created[0] = (dist.group.WORLD, hook)
+    sys.excepthook = _Failure(sys.excepthook)
+    if not _exit_hook:
+        _exit_hook.append(atexit.register(_leave_at_exit))
+    return backend
+
+
+class _Failure:
+    """sys.excepthook while accel's group exists: notes that the script is ending on an error."""
+
+    happened = False
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def __call__(self, *args: Any) -> None:
+        _Failure.happened = True
+        self.hook(*args)
+
+
+_exit_hook: list[Any] = []
+
+
+def _leave_at_exit() -> None:
+    """At interpreter exit, while Python still runs: destroy the group accel created, if it is still there.
+
+    A gloo worker thread releases each finished collective a moment after the main thread has
+    its result, and needs the GIL for that; if the interpreter's teardown starts in between, the
+    process aborts ("terminate called without an active exception", pytorch#190489) and a run
+    that had finished reports a failure. Destroying the group and then releasing the GIL briefly
+    lets those threads finish first. After an error the group is left alone: destroying it could
+    wait for peers that are still inside a collective.
+    """
+    if not _Failure.happened:
+        leave_process_group()
+    time.sleep(_SETTLE_SECONDS)
+
+
+_SETTLE_SECONDS = 0.05
+"""How long the main thread gives up the GIL at exit (see _leave_at_exit)."""
+
+
+def leave_process_group() -> None:
+    """Destroy the process group if accel created it (a group the script made itself stays)."""
+    created = _created[0]
+    if created is None or not dist.is_initialized() or dist.group.WORLD is not created[0]:
+        return
+    dist.destroy_process_group()
+    _created[0] = None
+    if isinstance(sys.excepthook, _Failure):  # not if the script has put in its own since
+        sys.excepthook = created[1]
+    time.sleep(_SETTLE_SECONDS)  # see _leave_at_exit
+
+
+def _reuse(layout: Layout, options: InitProcessGroupKwargs) -> str:
+    """The running group's backend, after checking it matches the layout and the options."""
+    backend = str(dist.get_backend())
+    if (dist.get_rank(), dist.get_world_size()) != (layout.rank, layout.world_size):
+        raise RuntimeError(
+            f"a process group already runs here as rank {dist.get_rank()} of {dist.get_world_size()}, but the "
+            f"environment says RANK={layout.rank} of WORLD_SIZE={layout.world_size}. Create the group from the same "
+            "environment, or let the Accelerator create it."
+        )
+    if options.backend is not None and options.backend not in backend.split(","):
+        raise ValueError(
+            f"InitProcessGroupKwargs(backend={options.backend!r}) cannot apply: a process group with backend "
+            f"{backend!r} already runs in this process. Drop the backend option, or call end_training() on the "
+            "Accelerator that created the group before creating this one."
+        )
+    return backend
+
+
+def _rendezvous(layout: Layout, options: InitProcessGroupKwargs) -> dist.Store:
+    """The store the processes meet in, with keys of its own for this group; clear errors."""
+    url = options.init_method or "env://"
+    seconds = options.timeout.total_seconds()
+    try:
+        store, _, _ = next(dist.rendezvous(url, rank=layout.rank, world_size=layout.world_size, timeout=options.timeout))
+    except (RuntimeError, ValueError, TimeoutError, OSError) as error:
+        raise _rendezvous_error(url, layout, seconds, error) from error
+    store.set_timeout(options.timeout)
+    return dist.PrefixStore(f"accel_pg_{next(_generations)}", store)
+
+
+def _rendezvous_error(url: str, layout: Layout, seconds: float, error: BaseException) -> RuntimeError:
+    """Say where the processes tried to meet, why it failed, and what to change."""
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}" if url == "env://" else url
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if "EADDRINUSE" in str(error) or "address already in use" in str(error).lower():
+        return RuntimeError(
+            f"process {layout.rank} could not open the rendezvous port {where}: it is already in use on this "
+            "machine (another training, or a previous one still ending). Choose another port with "
+            "`accel launch --main_process_port PORT` (MASTER_PORT), or leave it out on one machine to get a free one."
+        )
+    return RuntimeError(
+        f"process {layout.rank} of {layout.world_size} could not meet the others at {where} within {seconds:g} s "
+        f"({reason}). Check that the main machine (machine_rank 0) is running, that --main_process_ip "
+        "(MASTER_ADDR) is its address as seen from this machine, and that --main_process_port (MASTER_PORT) is "
+        "open; InitProcessGroupKwargs(timeout=...) sets how long to wait."
+    )
+
+
+def check_same_setup(setup: Mapping[str, str]) -> None:
+    """Raise on every process when the processes' configurations differ, naming the ranks and fields.
+
+    One small all-gather at start: processes that train in different precisions (say) would
+    otherwise hang or average gradients of different meaning.
+    """
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, dict(setup))
+    main = gathered[0]
+    differences = [
+        f"rank {other} has {key}={value} where rank 0 has {main.get(key)}"
+        for other, theirs in enumerate(gathered)
+        for key, value in theirs.items()
+        if main.get(key) != value
+    ]
+    if differences:
+        raise ValueError(
+            "the processes of this run are configured differently: " + "; ".join(differences) + ". Every process "
+            "must create its Accelerator with the same settings; `accel launch` gives all of them the same "
+            "environment, so look for code or environment variables that depend on the rank."
+        )
+
+
+def setup_fingerprint(**values: Any) -> dict[str, str]:
+    """The configuration values to compare across processes, as repr() text (plus the versions)."""
+    from accel._version import __version__
+
+    versions = {"accel": __version__, "torch": torch.__version__}
+    return {k: repr(v) for k, v in {**versions, **values}.items()}
+
