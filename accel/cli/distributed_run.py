@@ -35,11 +35,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"accel launch: stopped by {error.sigval.name}; the workers were stopped", file=sys.stderr, flush=True)
         return exit_status(-int(error.sigval))
     except Exception as error:  # the launcher itself failed (rendezvous, port in use): one line, not its traceback
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"accel launch: torch.distributed.run could not start {label}: {type(error).__name__}: {reason}",
-              file=sys.stderr, flush=True)
+        print(f"accel launch: {_start_failure(error, args, label)}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _start_failure(error: Exception, args: object, label: str) -> str:
+    """One line saying why torchrun could not start the workers, naming the flag to change."""
+    text = str(error)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        port = getattr(args, "master_port", "?")
+        return (
+            f"port {port} is already in use on this machine: pass another --main_process_port "
+            "(or leave it out on one machine, and accel picks a free one)"
+        )
+    reason = text.strip().splitlines()[0] if text.strip() else ""
+    return f"torch.distributed.run could not start {label}: {type(error).__name__}: {reason}"
 
 
 def _world_size(args: object) -> str:
