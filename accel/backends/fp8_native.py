@@ -1,23 +1,39 @@
-"""The native FP8 backend: accel's own FP8 GEMMs on torch's float8 dtypes, on any device.
+"""The native FP8 backend: accel's own FP8 training on torch's float8 dtypes, on any device.
 
 Every eligible nn.Linear becomes a Float8Linear (same Parameters, same names) whose three
 GEMMs run through torch._scaled_mm with TransformerEngine's delayed (or current) scaling.
-Once per optimizer step the amaxes are rolled into their histories; a step in which any FP8
-tensor held inf or NaN is skipped, like a GradScaler skips an overflowing step.
+MS-AMP's optimization level decides the storage of those layers (native_fp8.levels): under
+O1 and O2 their weights live in float16 with a scale and their gradients in FP8; under O2
+Adam's moments for them are FP8 and float16 too.
+
+Once per optimizer step: one device sync decides whether any FP8 tensor or gradient of the
+step held inf or NaN (then the step is skipped, like a GradScaler skips an overflowing one,
+and counted), the level updates the parameters, and the amaxes roll into their histories.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from accel.backends.base import Forward, ForwardWrapper
+from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
 from accel.backends.native_fp8 import Float8Config, Float8Linear, ScalerGroup, convert_linears, float8_layers
+from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
+from accel.backends.native_fp8.distributed import any_process, broadcast_from_first, ignore_in_ddp
+from accel.backends.native_fp8.levels import LEVELS
+from accel.backends.native_fp8.optimizer_state import StatePreserver
 from accel.kwargs_handlers import Handlers
+
+logger = logging.getLogger("accel")
+
+ROUNDING_SEED = 0x5EED
+"""Seed of the stochastic-rounding generators: fixed, so that every process of a data-parallel
+run (whose replicas must stay equal) and every rerun draws the same bits."""
 
 
 class FP8TrainingForward(ForwardWrapper):
@@ -32,7 +48,7 @@ class FP8TrainingForward(ForwardWrapper):
         self._on = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        want = self.__wrapped__.__self__.training or self._fp8_in_eval
+        want = self.__wrapped__.__self__.training or self._fp8_in_eval  # type: ignore[attr-defined]
         if want is not self._on:
             for layer in self._layers:
                 layer.enabled = want
@@ -42,12 +58,20 @@ class FP8TrainingForward(ForwardWrapper):
 
 @register_fp8_backend
 class NativeFP8(FP8Backend):
-    """FP8 GEMMs in plain PyTorch: CPU and GPU alike, the reference for the other backends."""
+    """FP8 GEMMs and MS-AMP's O1/O2 storage in plain PyTorch: CPU and GPU alike, the reference."""
 
     library = "native"
     scalings = ("delayed", "current")
     honoured_fields = frozenset(
-        {"fp8_format", "margin", "amax_history_len", "amax_compute_algo", "use_autocast_during_eval", "exclude_modules"}
+        {
+            "fp8_format",
+            "margin",
+            "amax_history_len",
+            "amax_compute_algo",
+            "optimization_level",
+            "use_autocast_during_eval",
+            "exclude_modules",
+        }
     )
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
@@ -61,42 +85,146 @@ class NativeFP8(FP8Backend):
             scaling=self.scaling,
             count_stats=True,
         )
+        self.level = LEVELS[recipe.optimization_level]()
         self.scalers = ScalerGroup({})
         self.skipped_steps = 0
+        self.compact_parameters: dict[str, CompactParameter] = {}
+        """Every parameter kept in O1/O2 storage, by qualified name."""
+        self._compact_by_id: dict[int, CompactParameter] = {}
+        self._groups: dict[int, CompactGroup] = {}
+        self._generators: dict[str, torch.Generator] = {}
+        self._state_preserver = StatePreserver(lambda param: id(param) in self._compact_by_id)
 
+    # ------------------------------------------------------------------ preparing
     def convert_module(self, module: nn.Module) -> nn.Module:
         report = convert_linears(module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer)
         self._record_conversion(report)
         self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})
+        self._make_compact(module)
         return module
 
     def _make_layer(self, linear: nn.Linear) -> Float8Linear:
         return Float8Linear.from_linear(linear, self.layer_config)
 
+    def _make_compact(self, model: nn.Module) -> None:
+        """Give every FP8 layer O1/O2 storage, except layers whose parameters other modules share."""
+        shared = _shared_parameter_ids(model)
+        kept, made = [], {}
+        for name, layer in float8_layers(model).items():
+            if layer.compact is None and any(id(p) in shared for p in layer.parameters(recurse=False)):
+                kept.append(name)
+                continue
+            compact = layer.make_compact()
+            compact.set_generator(self._generator(layer.weight.device))
+            made.update({f"{name}.{part_name}": part for part_name, part in compact.named()})
+        self.compact_parameters.update(made)
+        self._compact_by_id.update({id(part.param): part for part in made.values()})
+        # DDP neither averages nor broadcasts these: the backend does (native_fp8.distributed).
+        ignore_in_ddp(model, list(made))
+        broadcast_from_first([t for part in made.values() for t in (part.param.data, part.storage.scale_inv)])
+        if kept:
+            logger.info(
+                "FP8 %s: %d layer(s) keep float32 weights and gradients because other modules share their "
+                "parameters (they still compute in FP8): %s",
+                self.level.name, len(kept), ", ".join(kept),
+            )
+
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if device.type == "meta":
+            return None
+        key = str(device)
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(device=device).manual_seed(ROUNDING_SEED)
+        return self._generators[key]
+
     def wrap_forward(self, forward: Forward) -> Forward:
         layers = list(float8_layers(forward.__self__).values())  # type: ignore[attr-defined]
         return FP8TrainingForward(forward, layers, self.recipe.use_autocast_during_eval)
 
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self.level.check_optimizer(optimizer)
+
+    def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
+        for wrapped in optimizers:
+            optimizer = wrapped.optimizer
+            self._groups[id(optimizer)] = CompactGroup(optimizer, self._compact_by_id)
+            self._state_preserver.install(optimizer)
+
+    # ------------------------------------------------------------------ the step
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Materialise the compact parameters' values and FP8 gradients in float32, for clipping."""
+        group = self._groups.get(id(optimizer))
+        if group is not None:
+            group.materialise()
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        overflow = bool(self.scalers.found_nonfinite())
-        if not overflow:
+        group = self._groups.get(id(optimizer))
+        if group is not None and not len(group):
+            group = None
+        if closure is not None and group is not None:
+            raise NotImplementedError(
+                f"optimizer.step(closure) cannot run with FP8RecipeKwargs(optimization_level={self.level.name!r}): "
+                "the gradients of FP8 layers are held in FP8 outside param.grad, where a closure's backward "
+                "cannot reach the optimizer. Call accelerator.backward(loss) and then optimizer.step()."
+            )
+        nonfinite = self.scalers.found_nonfinite()
+        if group is not None:
+            nonfinite = nonfinite | group.found_nonfinite()  # type: ignore[operator]
+        overflow = bool(any_process(nonfinite))  # the one device sync of the step
+        if overflow and group is not None:
+            group.discard()
+        elif group is not None:
+            self.level.step(optimizer, group)
+        elif not overflow:
             optimizer.step(closure) if closure is not None else optimizer.step()
         self.scalers.update()
         self.skipped_steps += overflow
         return not overflow
 
+    # ------------------------------------------------------------------ reading and saving
     def stats(self) -> dict[str, float]:
         return {"skipped_steps": self.skipped_steps}
 
     def fp8_stats(self) -> dict[str, dict[str, float]]:
-        return {name: {k: float(v) for k, v in s.items()} for name, s in self.scalers.stats().items()}
+        """Per tensor of every FP8 layer, its last step's amax and scale (and over/underflow counts).
+
+        Keys: ``"<layer>.input"``, ``".weight"``, ``".grad_output"`` for the GEMM operands;
+        under O1/O2 also ``"<layer>.weight_grad"`` / ``".bias_grad"`` for the FP8 gradients.
+        """
+        stats = {name: {k: float(v) for k, v in s.items()} for name, s in self.scalers.stats().items()}
+        for name, part in self.compact_parameters.items():
+            stats[f"{name}_grad"] = {
+                "amax": float(part.grad.last_amax),
+                "scale": float(part.grad.last_scale_inv.reciprocal()),
+            }
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scaling": self.scalers.state_dict(), "skipped_steps": self.skipped_steps}
+        return {
+            "scaling": self.scalers.state_dict(),
+            "skipped_steps": self.skipped_steps,
+            "rounding": {device: generator.get_state() for device, generator in self._generators.items()},
+            "gradients": {
+                name: part.grad.state_dict() for name, part in self.compact_parameters.items() if part.grad.data is not None
+            },
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.scalers.load_state_dict(state["scaling"])
         self.skipped_steps = int(state["skipped_steps"])
+        for device, generator_state in state.get("rounding", {}).items():
+            generator = self._generator(torch.device(device))
+            if generator is not None:
+                generator.set_state(generator_state)
+        gradients = state.get("gradients", {})
+        unknown = sorted(set(gradients) - set(self.compact_parameters))
+        if unknown:
+            raise ValueError(f"FP8 gradient state names parameters this model does not hold in FP8: {unknown[:8]}")
+        for name, part in self.compact_parameters.items():
+            part.grad.load_state_dict(gradients.get(name, {}))
+
+    def teardown(self) -> None:
+        self._state_preserver.remove()
 
 
 def _scalers_of(model: nn.Module) -> dict[str, Any]:
@@ -106,3 +234,13 @@ def _scalers_of(model: nn.Module) -> dict[str, Any]:
         for name, layer in float8_layers(model).items()
         for role, scaler in layer.scalers().items()
     }
+
+
+def _shared_parameter_ids(model: nn.Module) -> set[int]:
+    """ids of the parameters that more than one module holds (tied weights)."""
+    owners: dict[int, set[int]] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                owners.setdefault(id(param), set()).add(id(module))
+    return {pid for pid, modules in owners.items() if len(modules) > 1}

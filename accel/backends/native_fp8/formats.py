@@ -10,6 +10,8 @@ formats; pure E5M2 training is rejected, as TransformerEngine rejects it).
 from __future__ import annotations
 
 import difflib
+import functools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -60,20 +62,34 @@ def choice_error(argument: str, value: object, accepted: Sequence[str]) -> Value
 
 
 def cast_to_fp8(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Quantize ``x``: ``(x * scale).clamp(-max, max).to(dtype)``.
+    """Quantize ``x``: ``(x * scale).clamp(-max, max).to(dtype)``, row-major whatever x's strides.
 
     ``scale`` is the *quantization* scale (TransformerEngine's ``scale``; the GEMM
-    takes its reciprocal). The clamp saturates out-of-range values, which the plain
-    cast does not do everywhere (on CPU, E5M2 overflows to inf; on CUDA, E4M3 to NaN).
-    NaN stays NaN. The product is computed in ``x``'s dtype into one contiguous
-    temporary that is clamped in place: three passes, one allocation, and a
-    row-major result whatever ``x``'s strides (``_scaled_mm`` needs that on CUDA).
+    takes its reciprocal). Out-of-range values saturate, which the plain cast does
+    not do everywhere (on CPU, E5M2 overflows to inf; on CUDA, E4M3 to NaN). NaN
+    stays NaN. Where the cast itself saturates (probed once per dtype and device
+    type; E4M3 on CPU) the product is written straight into the FP8 result: one
+    pass. Elsewhere it goes through a contiguous temporary clamped in place.
     """
+    if cast_saturates(dtype, x.device.type):
+        return torch.mul(x, scale, out=torch.empty(x.shape, dtype=dtype, device=x.device))
     limit = fp8_max(dtype)
     scaled = torch.empty_like(x, memory_format=torch.contiguous_format)
     torch.mul(x, scale, out=scaled)
     scaled.clamp_(-limit, limit)
     return scaled.to(dtype)
+
+
+@functools.cache
+def cast_saturates(dtype: torch.dtype, device_type: str) -> bool:
+    """Does casting to ``dtype`` on ``device_type`` turn out-of-range values and infinities
+    into the largest finite magnitude (keeping NaN)? Probed once with a tiny tensor."""
+    if device_type == "meta":
+        return False
+    probe = torch.tensor([1e30, -1e30, math.inf, -math.inf, math.nan], device=device_type)
+    limit = fp8_max(dtype)
+    cast = torch.mul(probe, 1.0, out=torch.empty(5, dtype=dtype, device=device_type)).float().cpu()
+    return cast[:4].tolist() == [limit, -limit, limit, -limit] and math.isnan(cast[4].item())
 
 
 def fp8_is_zero(q: torch.Tensor) -> torch.Tensor:

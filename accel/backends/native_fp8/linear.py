@@ -1,19 +1,16 @@
-"""Float8Linear: an nn.Linear whose three GEMMs run in FP8 through ``torch._scaled_mm``.
+"""Float8Linear: an nn.Linear whose three GEMMs run in FP8 (``torch._scaled_mm`` off the CPU).
 
-Forward:  y  = x_q @ w_q.T                  (E4M3 x E4M3)
-Backward: dX = g_q @ w_q                    (g in E5M2 under HYBRID, E4M3 under E4M3)
-          dW = g_q.T @ x_q                  (out in the weight's dtype)
-          db = sum(g)                       (high precision)
+Forward, input gradient and weight gradient are FP8 products (functions.py) with per-tensor
+scales from three TensorScalers (input, weight, output gradient); bias and accumulation stay
+in high precision. y comes out in the autocast dtype under torch.autocast (as nn.Linear's
+does), else in x's dtype; dX in x's dtype. On the CPU the products are computed from exact
+upcasts of the FP8 operands (cpu_gemm.py), torch having no CPU FP8 kernel.
 
-y comes out in the autocast dtype under torch.autocast (as nn.Linear's does),
-else in x's dtype; dX in x's dtype. The FP8 copies of x and W made in forward
-are saved for backward, so nothing is cast twice and the saved activation takes
-a quarter of the memory of an fp32 one. Operands are laid out as CUDA requires
-(row-major first operand, column-major second, dimensions multiples of 16), so
-the same code runs on CPU and GPU. The layer keeps the original ``weight`` and ``bias`` Parameter objects and
-their names, so optimizers built before conversion and state dicts of the
-unconverted model keep working; the scaling state lives outside the state dict
-(see convert.fp8_state_dict).
+The layer keeps the original ``weight`` and ``bias`` Parameter objects and their names, so
+optimizers built before conversion and state dicts of the unconverted model keep working;
+the scaling state lives outside the state dict (see convert.fp8_state_dict). Under O1/O2
+(:meth:`Float8Linear.make_compact`) the Parameters hold 16-bit storage and their gradients
+are kept in FP8, while ``state_dict()`` still gives real values in the original dtype.
 """
 
 from __future__ import annotations
@@ -25,13 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.formats import format_dtypes
+from accel.backends.native_fp8.functions import CompactLinearFunction, Float8LinearFunction
+from accel.backends.native_fp8.gemm import as_mat2, pad_rows, scaled_mm, weight_gradient
 from accel.backends.native_fp8.scaling import TensorScaler, check_scaling_args
 
 SCALER_ROLES: tuple[str, ...] = ("input", "weight", "grad_output")
 
-# CUDA's _scaled_mm needs every dimension but mat1's rows to be a multiple of 16.
-CUDA_GEMM_ALIGNMENT = 16
+__all__ = ["SCALER_ROLES", "Float8Config", "Float8Linear", "as_mat2", "pad_rows", "scaled_mm", "weight_gradient"]
 
 # Hook state taken over from the replaced module: the dictionaries are shared, so
 # hooks registered on it keep running (and their handles keep removing them).
@@ -89,108 +88,6 @@ class Float8Config:
         )
 
 
-def scaled_mm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    scale_a_inv: torch.Tensor,
-    scale_b_inv: torch.Tensor,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """``(a * scale_a_inv) @ (b * scale_b_inv)`` on FP8 operands, via ``torch._scaled_mm``.
-
-    On CPU, oneDNN is switched off around the call: on CPUs with AMX-INT8, torch
-    2.13 routes same-dtype FP8 GEMMs to oneDNN, which runs them on its reference
-    kernel (``ref:any``), measured ~150x slower than torch's own kernel (6.3 s
-    against 42 ms for 512^3). The switch is process-global for the duration of
-    the call.
-    """
-    if a.device.type != "cpu":
-        return torch._scaled_mm(a, b, scale_a=scale_a_inv, scale_b=scale_b_inv, out_dtype=out_dtype)
-    previous = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
-    try:
-        return torch._scaled_mm(a, b, scale_a=scale_a_inv, scale_b=scale_b_inv, out_dtype=out_dtype)
-    finally:
-        torch._C._set_mkldnn_enabled(previous)
-
-
-def as_mat2(t: torch.Tensor) -> torch.Tensor:
-    """``t`` laid out as ``_scaled_mm``'s second operand.
-
-    CUDA requires it column-major. The CPU kernel copies any second operand to
-    row-major before multiplying, so there a column-major copy would be made and
-    thrown away; a row-major ``t`` is passed on CPU as it is.
-    """
-    if t.device.type == "cpu" or t.stride(0) == 1:
-        return t
-    return t.t().contiguous().t()
-
-
-def pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
-    """An FP8 matrix with zero rows appended up to a multiple of ``multiple`` rows.
-
-    FP8 zero is the zero byte, so the padding is made on the uint8 view.
-    """
-    extra = -t.shape[0] % multiple
-    if extra == 0:
-        return t
-    raw = t.view(torch.uint8)
-    return torch.cat((raw, raw.new_zeros(extra, t.shape[1]))).view(t.dtype)
-
-
-def weight_gradient(
-    g_q: torch.Tensor, x_q: torch.Tensor, g_inv: torch.Tensor, x_inv: torch.Tensor,
-    out_dtype: torch.dtype,
-) -> torch.Tensor:
-    """dW = g.T @ x. Its contraction runs over the tokens, whose count is free; off CPU
-    it is padded with zero rows to CUDA's multiple of 16 (zeros add nothing to dW)."""
-    if g_q.device.type != "cpu":
-        g_q = pad_rows(g_q, CUDA_GEMM_ALIGNMENT)
-        x_q = pad_rows(x_q, CUDA_GEMM_ALIGNMENT)
-    return scaled_mm(g_q.t().contiguous(), as_mat2(x_q), g_inv, x_inv, out_dtype)
-
-
-class _Float8LinearFunction(torch.autograd.Function):
-    """The FP8 GEMMs of a 2-D linear layer, with their scalers."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        scalers: tuple[TensorScaler, TensorScaler, TensorScaler],
-        out_dtype: torch.dtype,
-    ) -> torch.Tensor:
-        input_scaler, weight_scaler, grad_scaler = scalers
-        x_q, x_inv = input_scaler.quantize(x)
-        w_q, w_inv = weight_scaler.quantize(weight)
-        y = scaled_mm(x_q, w_q.t(), x_inv, w_inv, out_dtype)
-        if bias is not None:
-            y.add_(bias)
-        ctx.save_for_backward(x_q, w_q, x_inv, w_inv)
-        ctx.grad_scaler = grad_scaler
-        ctx.x_dtype = x.dtype
-        ctx.weight_dtype = weight.dtype
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x_q, w_q, x_inv, w_inv = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_x = grad_w = grad_b = None
-        if need_x or need_w:
-            g_q, g_inv = ctx.grad_scaler.quantize(grad_y)
-            if need_x:
-                grad_x = scaled_mm(g_q, as_mat2(w_q), g_inv, w_inv, ctx.x_dtype)
-            if need_w:
-                grad_w = weight_gradient(g_q, x_q, g_inv, x_inv, ctx.weight_dtype)
-        if need_b:
-            grad_b = grad_y.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
-        return grad_x, grad_w, grad_b, None, None
-
-
 class Float8Linear(nn.Linear):
     """nn.Linear computing in FP8 (see the module docstring); ``enabled=False`` is plain F.linear.
 
@@ -236,18 +133,35 @@ class Float8Linear(nn.Linear):
     def _init_fp8(self, config: Float8Config) -> None:
         self.config = config
         self.enabled = True
+        self.compact: CompactLayer | None = None
+        """O1/O2 storage (16-bit weights, FP8 gradients), once :meth:`make_compact` was called."""
         forward_dtype, grad_dtype = format_dtypes(config.fp8_format)
         device = self.weight.device
         self.input_scaler = config.make_scaler(forward_dtype, device)
         self.weight_scaler = config.make_scaler(forward_dtype, device)
         self.grad_scaler = config.make_scaler(grad_dtype, device)
 
+    def make_compact(self) -> CompactLayer:
+        """Keep weight and bias in 16 bits with a scale and their gradients in FP8 (O1/O2).
+
+        Idempotent. The Parameters stay the same objects; ``state_dict()`` keeps giving
+        their real values in the original dtype, and loading one stores them anew.
+        """
+        if self.compact is None:
+            self.compact = CompactLayer(self.weight, self.bias)
+        return self.compact
+
     def to_linear(self) -> nn.Linear:
         """The high-precision layer, holding this layer's current Parameters.
 
         For a layer made by :meth:`from_linear` that is the original module;
-        otherwise a new nn.Linear.
+        otherwise a new nn.Linear. O1/O2 storage is given up: the Parameters get their
+        real values back, in their original dtype.
         """
+        if self.compact is not None:
+            for _, part in self.compact.named():
+                part.storage.release()
+            self.compact = None
         linear = self.__dict__.get("_replaced_linear")
         if linear is None:
             linear = nn.Linear.__new__(nn.Linear)
@@ -270,6 +184,8 @@ class Float8Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
+            if self.compact is not None:
+                return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact)  # type: ignore[no-untyped-call]
             return F.linear(x, self.weight, self.bias)
         device_type = x.device.type
         if torch.is_autocast_enabled(device_type):
@@ -277,8 +193,8 @@ class Float8Linear(nn.Linear):
         else:
             out_dtype = x.dtype
         scalers = (self.input_scaler, self.weight_scaler, self.grad_scaler)
-        y: torch.Tensor = _Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
-            x.reshape(-1, self.in_features), self.weight, self.bias, scalers, out_dtype
+        y: torch.Tensor = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
+            x.reshape(-1, self.in_features), self.weight, self.bias, scalers, out_dtype, self.compact
         )
         return y.reshape(*x.shape[:-1], self.out_features)
 
@@ -287,7 +203,29 @@ class Float8Linear(nn.Linear):
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         for scaler in (self.input_scaler, self.weight_scaler, self.grad_scaler):
             scaler.to(self.weight.device)
+        if self.compact is not None:
+            for _, part in self.compact.named():
+                part.to(self.weight.device)
         return self
 
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        # Real values in the original dtype, not the 16-bit storage: the state dict of
+        # the unconverted model.
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.compact is not None:
+            for name, part in self.compact.named():
+                destination[prefix + name] = part.storage.value(part.storage.high_precision_dtype)
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        # torch hands each module its own copy of the mapping to edit: real values are
+        # swapped for their storage (setting the scale) before nn.Module copies them in.
+        if self.compact is not None:
+            for name, part in self.compact.named():
+                value = state_dict.get(prefix + name)
+                if isinstance(value, torch.Tensor) and value.shape == part.param.shape:
+                    state_dict[prefix + name] = part.storage.load(value)
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[no-untyped-call]
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, config={self.config}, enabled={self.enabled}"
+        storage = ", storage=float16+fp8 gradients" if self.compact is not None else ""
+        return f"{super().extra_repr()}, config={self.config}, enabled={self.enabled}{storage}"

@@ -35,7 +35,8 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from accel.backends.native_fp8.formats import cast_to_fp8, choice_error, fp8_is_zero, fp8_max
+from accel.backends.native_fp8 import distributed
+from accel.backends.native_fp8.formats import cast_to_fp8, choice_error, fp8_max
 
 SCALING_MODES: tuple[str, ...] = ("delayed", "current")
 AMAX_COMPUTE_ALGOS: tuple[str, ...] = ("max", "most_recent")
@@ -127,6 +128,9 @@ class TensorScaler:
         )
         self.dtype = dtype
         self.fp8_max = fp8_max(dtype)
+        # The largest finite magnitude's byte, shifted as _count shifts the bytes.
+        top_byte = int(torch.tensor(self.fp8_max, device="cpu").to(dtype).view(torch.uint8).item())
+        self._max_magnitude = (top_byte << 1) & 0xFF
         self.margin = margin
         self.amax_compute_algo = amax_compute_algo
         self.scaling = scaling
@@ -163,15 +167,25 @@ class TensorScaler:
     def device(self) -> torch.device:
         return self.amax_history.device
 
-    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cast ``x`` to FP8; returns ``(x_fp8, scale_inv)`` and records x's amax."""
+    def quantize(
+        self, x: torch.Tensor, x_scale_inv: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cast ``x`` to FP8; returns ``(x_fp8, scale_inv)`` and records x's amax.
+
+        ``x_scale_inv``: ``x`` is stored scaled (a weight in 16-bit storage, see weights.py)
+        and its real values are ``x * x_scale_inv``; amax, scale and statistics are those of
+        the real values, and the cast folds the two scales into one multiply.
+        """
         x = x.detach()  # the cast writes into a preallocated buffer, which autograd refuses
         amax = tensor_amax(x)
+        if x_scale_inv is not None:
+            amax = amax * x_scale_inv
         self.step_amax = torch.maximum(self.step_amax, amax)
         scale = self._scale_for(amax)
-        q = cast_to_fp8(x, scale, self.dtype)
+        factor = scale if x_scale_inv is None else scale * x_scale_inv
+        q = cast_to_fp8(x, factor, self.dtype)
         if self.count_stats:
-            self._count(x, q, scale)
+            self._count(x, q, amax * scale)
         return q, scale.reciprocal()
 
     def _scale_for(self, amax: torch.Tensor) -> torch.Tensor:
@@ -185,9 +199,18 @@ class TensorScaler:
         own = _raw_scale(amax, self._numerator)
         return torch.where(self.calibrated, self.scale, own)
 
-    def _count(self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
-        saturated = torch.count_nonzero(torch.mul(x.abs(), scale) > self.fp8_max)
-        flushed = torch.count_nonzero(fp8_is_zero(q) & (x != 0))
+    def _count(self, x: torch.Tensor, q: torch.Tensor, scaled_amax: torch.Tensor) -> None:
+        """Add this cast's saturated and flushed-to-zero counts, mostly from the FP8 bytes.
+
+        flushed = nonzero values of x minus nonzero values of q (a cast never makes a zero
+        nonzero). saturated = values cast to the format's largest magnitude, counted only
+        when the scaled amax exceeded it (else the largest value merely landed on the top).
+        """
+        magnitude = q.view(torch.uint8) << 1  # the sign bit shifted out: 0 for both zeros
+        nonzero = torch.count_nonzero(magnitude)
+        flushed = torch.count_nonzero(x) - nonzero
+        at_max = torch.count_nonzero(magnitude == self._max_magnitude)
+        saturated = torch.where(scaled_amax > self.fp8_max, at_max, 0)
         self.step_saturated = self.step_saturated + saturated
         self.step_flushed = self.step_flushed + flushed
 
@@ -291,12 +314,15 @@ class ScalerGroup:
         return self.scalers[name]
 
     def reduce_amax(self) -> None:
-        """Make every rank's step amaxes equal before the scales are derived.
-
-        This is the one place where a torch.distributed all-reduce(MAX) of the
-        stacked step amaxes (one collective for the whole model) will go. It does
-        nothing for now: with one process there is nothing to reduce.
-        """
+        """Make every process's step amaxes equal (their maximum) before the scales are derived,
+        so that all replicas cast with the same scales. One all-reduce for the whole model;
+        nothing with one process."""
+        if distributed.world_size() == 1 or not self.scalers:
+            return
+        scalers = list(self.scalers.values())
+        reduced = distributed.max_over_processes(torch.stack([s.step_amax for s in scalers]))
+        for scaler, amax in zip(scalers, reduced.unbind()):
+            scaler.step_amax = amax
 
     def update(self) -> None:
         """End the step on every scaler: reduce the amaxes, then update the scales."""

@@ -1,0 +1,77 @@
+"""FP8 GEMMs on the CPU: exact upcasts and a bf16 (or float32) matrix product.
+
+torch's ``_scaled_mm`` on the CPU has no FP8 kernel of its own: it upcasts both operands to
+float32 with a slow element-wise conversion and multiplies (or, on CPUs with AMX-INT8, hands
+same-dtype operands to a oneDNN reference kernel ~150x slower still). Measured on a 2-core
+Xeon with AMX: 34 ms for a 2048x128 @ 128x512 product that float32 does in 1.1 ms.
+
+This module computes the same thing faster. Every E4M3 and E5M2 value is exactly a bfloat16
+(and a float32), so the upcast loses nothing; bit operations on int16 do it several times
+faster than torch's cast. The product then runs in bfloat16 where the CPU multiplies bf16 in
+hardware (AMX or AVX512-BF16: products of FP8 values are exact, accumulation is float32, the
+result is rounded to bf16, 2**-9 relative, far below FP8's own rounding), else in float32.
+The dequantization scales are applied to the product, as ``_scaled_mm`` applies them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from accel.backends.native_fp8.rounding import fp8_to_float
+
+_E4M3_TO_BF16_SHIFT = 4
+_CLEAR_SIGN_COPIES = ~(0xF << 11)
+"""After the arithmetic shift, bits 14..11 hold copies of the sign: clear them."""
+_E4M3_BF16_FACTOR = 2.0**120
+
+
+@functools.cache
+def compute_dtype() -> torch.dtype:
+    """bfloat16 where this CPU multiplies it in hardware (AMX tiles or AVX512-BF16), else float32."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    fast = any(getattr(cpu, name, lambda: False)() for name in checks)
+    return torch.bfloat16 if fast else torch.float32
+
+
+def to_bfloat16(q: torch.Tensor) -> torch.Tensor:
+    """An FP8 tensor as bfloat16, exactly, keeping its strides (a transposed view stays one).
+
+    E5M2 goes through float16 (its top byte). E4M3's magnitude bits, moved down four places
+    below its sign, land on bfloat16's exponent and mantissa: the value times 2**-120
+    (subnormals included), which one multiply by 2**120 restores.
+    """
+    bits = q.view(torch.uint8).to(torch.int16).bitwise_left_shift_(8)
+    if q.dtype == torch.float8_e5m2:
+        return bits.view(torch.float16).to(torch.bfloat16)
+    bits.bitwise_right_shift_(_E4M3_TO_BF16_SHIFT).bitwise_and_(_CLEAR_SIGN_COPIES)
+    return bits.view(torch.bfloat16).mul_(_E4M3_BF16_FACTOR)
+
+
+def upcast(q: torch.Tensor) -> torch.Tensor:
+    """An FP8 tensor in :func:`compute_dtype`, exactly."""
+    if compute_dtype() == torch.bfloat16:
+        return to_bfloat16(q)
+    return fp8_to_float(q, torch.ones((), dtype=torch.float32, device=q.device))
+
+
+def cpu_mm(
+    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """``(a * scale_a_inv) @ (b * scale_b_inv)`` for operands already :func:`upcast`, in ``out_dtype``."""
+    with torch.autocast("cpu", enabled=False):  # autocast would cast the operands to its dtype
+        product = torch.mm(a, b)
+    scale = scale_a_inv * scale_b_inv
+    if product.dtype == out_dtype:
+        return product.mul_(scale)
+    # A 1-element (not 0-dim) float32 scale promotes the bf16 product: one pass, in float32.
+    return torch.mul(product, scale.reshape(1)).to(out_dtype)
+
+
+def cpu_scaled_mm(
+    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """``(a * scale_a_inv) @ (b * scale_b_inv)`` for FP8 ``a`` and ``b``, in ``out_dtype``."""
+    return cpu_mm(upcast(a), upcast(b), scale_a_inv, scale_b_inv, out_dtype)

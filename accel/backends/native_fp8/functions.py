@@ -1,0 +1,109 @@
+"""The autograd functions of Float8Linear: its FP8 GEMMs, and high precision on O1/O2 storage.
+
+Forward:  y  = x_q @ w_q.T                  (E4M3 x E4M3)
+Backward: dX = g_q @ w_q                    (g in E5M2 under HYBRID, E4M3 under E4M3)
+          dW = g_q.T @ x_q                  (float32 into the FP8 gradient under O1/O2)
+          db = sum(g)                       (high precision)
+
+The GEMM operands made in forward (gemm.operand: FP8 off the CPU, their exact upcast on it)
+are saved for backward, so nothing is quantized or upcast twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from accel.backends.native_fp8.compact import CompactLayer
+from accel.backends.native_fp8.gemm import as_mat2, gemm, operand, weight_gradient
+from accel.backends.native_fp8.scaling import TensorScaler
+
+Scalers = tuple[TensorScaler, TensorScaler, TensorScaler]
+
+
+class Float8LinearFunction(torch.autograd.Function):
+    """The FP8 GEMMs of a 2-D linear layer, with its (input, weight, grad_output) scalers.
+
+    With ``compact`` (O1/O2 storage) the weight and bias arrive as their 16-bit storage and
+    their gradients go to ``compact``'s FP8 gradients instead of to autograd.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scalers: Scalers,
+        out_dtype: torch.dtype, compact: CompactLayer | None,
+    ) -> torch.Tensor:
+        input_scaler, weight_scaler, grad_scaler = scalers
+        x_q, x_inv = input_scaler.quantize(x)
+        w_q, w_inv = weight_scaler.quantize(weight, None if compact is None else compact.weight.storage.data_scale_inv)
+        x_op, w_op = operand(x_q), operand(w_q)
+        y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
+        if bias is not None:
+            y.add_(bias if compact is None or compact.bias is None else compact.bias.storage.value(y.dtype))
+        ctx.save_for_backward(x_op, w_op, x_inv, w_inv)
+        ctx.grad_scaler = grad_scaler
+        ctx.compact = compact
+        ctx.x_dtype = x.dtype
+        ctx.weight_dtype = weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x_op, w_op, x_inv, w_inv = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        compact: CompactLayer | None = ctx.compact
+        grad_x = grad_w = None
+        if need_x or need_w:
+            g_q, g_inv = ctx.grad_scaler.quantize(grad_y)
+            g_op = operand(g_q)
+            if need_x:
+                grad_x = gemm(g_op, as_mat2(w_op), g_inv, w_inv, ctx.x_dtype)
+            if need_w and compact is not None:
+                compact.weight.grad.add(weight_gradient(g_op, x_op, g_inv, x_inv, torch.float32))
+            elif need_w:
+                grad_w = weight_gradient(g_op, x_op, g_inv, x_inv, ctx.weight_dtype)
+        grad_b = _bias_gradient(grad_y, compact, ctx.bias_dtype) if need_b else None
+        return grad_x, grad_w, grad_b, None, None, None
+
+
+def _bias_gradient(grad_y: torch.Tensor, compact: CompactLayer | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """sum(grad_y) in float32: into the FP8 gradient under O1/O2 (returning None), else returned."""
+    grad_b = grad_y.sum(0, dtype=torch.float32)
+    if compact is not None and compact.bias is not None:
+        compact.bias.grad.add(grad_b)
+        return None
+    return grad_b.to(dtype)
+
+
+class CompactLinearFunction(torch.autograd.Function):
+    """``F.linear`` in high precision on a layer with O1/O2 storage (FP8 switched off).
+
+    The weight and bias are read from their 16-bit storage, and their gradients go to the
+    layer's FP8 gradients, as in the FP8 path: training in eval mode keeps working.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, compact: CompactLayer
+    ) -> torch.Tensor:
+        w = compact.weight.storage.value(x.dtype)
+        b = None if compact.bias is None else compact.bias.storage.value(x.dtype)
+        ctx.save_for_backward(x, w)
+        ctx.compact = compact
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, w = ctx.saved_tensors
+        compact: CompactLayer = ctx.compact
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_x = (grad_y @ w.to(grad_y.dtype)).to(x.dtype) if need_x else None
+        g2 = grad_y.reshape(-1, grad_y.shape[-1]).float()
+        if need_w:
+            compact.weight.grad.add(g2.t() @ x.reshape(-1, x.shape[-1]).float())
+        if need_b and compact.bias is not None:
+            compact.bias.grad.add(g2.sum(0))
+        return grad_x, None, None, None

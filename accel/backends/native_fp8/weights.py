@@ -1,0 +1,115 @@
+"""HalfWeight: one Parameter of a converted layer, stored in float16 with a power-of-two scale.
+
+Between optimizer steps ``param.data`` is float16 holding ``value * 2**k`` (see
+rounding.pow2_scale), two bytes per value; ``scale_inv`` is ``2**-k``. The Parameter object
+stays the same, so optimizers and hooks that hold it keep working.
+
+For the few moments when something needs real values in ``param.data`` (gradient clipping,
+an O1 optimizer step) :meth:`HalfWeight.materialise` swaps in a float32 copy and keeps the
+storage aside; :meth:`HalfWeight.store` rounds the (updated) float32 values back,
+stochastically, and :meth:`HalfWeight.restore` puts the untouched storage back (a skipped
+step). ``data_scale_inv`` is always the factor that turns ``param.data`` into real values:
+``scale_inv`` while stored, 1 while materialised.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from accel.backends.native_fp8.rounding import half_to_float, pow2_scale, round_to_half
+from accel.backends.native_fp8.scaling import tensor_amax
+
+STORAGE_DTYPE: torch.dtype = torch.float16
+
+
+class HalfWeight:
+    """The float16 storage of one Parameter, with its scale."""
+
+    def __init__(self, param: torch.Tensor) -> None:
+        self.param = param
+        self.high_precision_dtype = param.dtype
+        """The dtype the parameter had before (what state dicts give back)."""
+        self._one = torch.ones((), dtype=torch.float32, device=param.device)
+        self._stored: torch.Tensor | None = None
+        with torch.no_grad():
+            self.scale_inv, self.param.data = self.encode(param.detach().to(torch.float32, copy=True), None)
+        self.data_scale_inv = self.scale_inv
+
+    @property
+    def materialised(self) -> bool:
+        """True while ``param.data`` holds float32 real values (between materialise and store/restore)."""
+        return self._stored is not None
+
+    @staticmethod
+    def encode(value: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale_inv, float16 storage)`` of float32 ``value`` (overwritten; pass a copy to keep it)."""
+        scale = pow2_scale(tensor_amax(value))
+        value.mul_(scale)
+        return scale.reciprocal(), round_to_half(value, generator)
+
+    def value(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The real values, as a new tensor in ``dtype`` (a copy even while materialised)."""
+        data = self.param.detach()
+        if self.materialised:
+            return data.to(dtype, copy=True)
+        return half_to_float(data, self.scale_inv).to(dtype)
+
+    def working_copy(self) -> torch.Tensor:
+        """float32 real values for the caller to update and hand to :meth:`store_value`:
+        the materialised tensor itself, or a fresh upcast of the storage."""
+        if self.materialised:
+            return self.param.data
+        return half_to_float(self.param.data, self.scale_inv)
+
+    def materialise(self) -> None:
+        """Put float32 real values into ``param.data``, keeping the storage aside. Idempotent."""
+        if self.materialised:
+            return
+        self._stored = self.param.data
+        self.param.data = half_to_float(self._stored, self.scale_inv)
+        self.data_scale_inv = self._one
+
+    def store(self, generator: torch.Generator | None) -> None:
+        """Round the materialised float32 values (as updated) back into storage, with a fresh scale."""
+        if not self.materialised:
+            raise RuntimeError("HalfWeight.store() needs materialise() first")
+        self.scale_inv, self.param.data = self.encode(self.param.data, generator)
+        self._stored = None
+        self.data_scale_inv = self.scale_inv
+
+    def store_value(self, value: torch.Tensor, generator: torch.Generator | None) -> None:
+        """Store float32 ``value`` (overwritten) as the new real values."""
+        self.scale_inv, self.param.data = self.encode(value, generator)
+        self._stored = None
+        self.data_scale_inv = self.scale_inv
+
+    def restore(self) -> None:
+        """Undo :meth:`materialise` without rounding: the storage as it was. Idempotent."""
+        if self._stored is None:
+            return
+        self.param.data = self._stored
+        self._stored = None
+        self.data_scale_inv = self.scale_inv
+
+    def load(self, value: torch.Tensor) -> torch.Tensor:
+        """Set the scale for real values ``value`` and return their storage, for ``param.copy_``.
+
+        Rounds to nearest: values that came out of this storage come back bit for bit.
+        """
+        self.restore()
+        self.scale_inv, stored = self.encode(value.detach().to(self.param.device, torch.float32, copy=True), None)
+        self.data_scale_inv = self.scale_inv
+        return stored
+
+    def keep_storage_dtype(self) -> None:
+        """After a module-wide cast (``model.float()``), cast the storage back; its values are kept."""
+        if not self.materialised and self.param.dtype != STORAGE_DTYPE:
+            self.param.data = self.param.data.to(STORAGE_DTYPE)
+        self.scale_inv = self.scale_inv.to(self.param.device)
+        self._one = self._one.to(self.param.device)
+        self.data_scale_inv = self._one if self.materialised else self.scale_inv
+
+    def release(self) -> None:
+        """Put real values back into ``param.data`` in the original dtype, for good (unconverting)."""
+        self.param.data = self.value(self.high_precision_dtype)
+        self._stored = None
