@@ -16,12 +16,13 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool, check_int
-from accel.accelerator import checkpointing, distributed, operations
+from accel.accelerator import checkpointing, distributed
 from accel.accelerator import model as model_utils
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.gradient_state import GradientState
 from accel.accelerator.io import save_weights
 from accel.accelerator.optimizer import AcceleratedOptimizer
+from accel.accelerator.processes import ProcessMixin
 from accel.accelerator.scheduler import AcceleratedScheduler
 from accel.accelerator.state import ProcessState
 from accel.backends.base import PrecisionBackend
@@ -39,7 +40,7 @@ from accel.kwargs_handlers import (
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting, fp8_recipe_from_env
 
 
-class Accelerator:
+class Accelerator(ProcessMixin):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
@@ -91,26 +92,6 @@ class Accelerator:
     def mixed_precision(self) -> str:
         """The canonical name of the precision that runs ('no', 'fp16', 'bf16', 'fp8', '16-true', ...)."""
         return self.precision.name
-
-    @property
-    def process_index(self) -> int:
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.state.local_process_index
-
-    @property
-    def num_processes(self) -> int:
-        return self.state.num_processes
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -324,61 +305,6 @@ class Accelerator:
         self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
 
     # ----------------------------------------------------------------- processes
-    def gather(self, tensor: Any) -> Any:
-        """Every process's tensors (a tensor or a nested tuple/list/dict of them), concatenated
-        along the first dimension in process order; the input itself in a single process."""
-        return operations.gather(tensor, self.state)
-
-    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
-        """Each tensor summed (`"sum"`) or averaged (`"mean"`) over the processes, as new tensors."""
-        return operations.reduce(tensor, self.state, reduction)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """`gather`, without the samples that padding repeated in the last batch of an epoch.
-
-        Data other than tensors (or with `use_gather_object=True`) is gathered as Python objects:
-        a list from each process is concatenated into one list.
-        """
-        keep = next((d.gathered_rows_to_keep() for d in reversed(self._dataloaders) if d.ending), None)
-        return operations.gather_for_metrics(input_data, self.state, keep, use_gather_object)
-
-    def wait_for_everyone(self) -> None:
-        """Block until every process reaches this call (nothing to wait for in one process)."""
-        operations.barrier(self.state)
-
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
-        """Run the block on the main process first, then on the others (say, to download or cache data once)."""
-        with self._first(self.is_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def local_main_process_first(self) -> Iterator[None]:
-        """Run the block on each machine's first process first, then on that machine's others."""
-        with self._first(self.is_local_main_process):
-            yield
-
-    @contextlib.contextmanager
-    def _first(self, leading: bool) -> Iterator[None]:
-        if not leading:
-            self.wait_for_everyone()
-        yield
-        if leading:
-            self.wait_for_everyone()
-
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: `function` runs on the main process only (elsewhere the call returns None)."""
-        return function if self.is_main_process else _skipped
-
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorator: `function` runs on each machine's first process only (elsewhere it returns None)."""
-        return function if self.is_local_main_process else _skipped
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """print() on the main process only."""
-        if self.is_main_process:
-            print(*args, **kwargs)
-
     def end_training(self) -> None:
         """Release what the precision set up; with several processes, wait for all of them and leave
         the process group (a later Accelerator in this process creates a new one)."""
@@ -426,8 +352,7 @@ def _with_environment_recipe(handlers: Handlers) -> Handlers:
     return handlers.with_environment(recipe)
 
 
-def _skipped(*args: Any, **kwargs: Any) -> None:
-    """What an `on_main_process` function is on the other processes."""
+
 
 
 def _positive_int(argument: str, value: Any) -> int:
