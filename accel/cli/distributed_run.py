@@ -49,6 +49,12 @@ def _start_failure(error: Exception, args: object, label: str) -> str:
             f"port {port} is already in use on this machine: pass another --main_process_port "
             "(or leave it out on one machine, and accel picks a free one)"
         )
+    if "timed out" in text.lower():
+        address = f"{getattr(args, 'master_addr', '?')}:{getattr(args, 'master_port', '?')}"
+        return (
+            f"could not reach machine 0 at {address} in time: check --main_process_ip and --main_process_port, "
+            "that machine 0 has started, and that no firewall blocks the port"
+        )
     reason = text.strip().splitlines()[0] if text.strip() else ""
     return f"torch.distributed.run could not start {label}: {type(error).__name__}: {reason}"
 

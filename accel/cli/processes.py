@@ -41,6 +41,10 @@ def script_command(target: Sequence[str], module: bool) -> list[str]:
     return [sys.executable, *(["-m"] if module else []), *target]
 
 
+RENDEZVOUS_TIMEOUT_S = 300
+"""How long a machine waits to reach machine 0 before `accel launch` gives up (torchrun's own is 600 s)."""
+
+
 def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> list[str]:
     """`python -m accel.cli.distributed_run <torch.distributed.run arguments> script args`."""
     layout = ["--nproc_per_node", str(plan.processes_per_machine)]
@@ -53,6 +57,7 @@ def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> l
             "--nnodes", str(machines), "--node_rank", str(plan.get("machine_rank")),
             "--master_addr", plan.get("main_process_ip") or "127.0.0.1",
             "--master_port", str(port if port is not None else DEFAULT_PORT),
+            "--rdzv_conf", f"timeout={RENDEZVOUS_TIMEOUT_S}",
         ]
     return [sys.executable, "-m", "accel.cli.distributed_run", *rendezvous, *layout,
             *(["--module"] if module else []), *target]

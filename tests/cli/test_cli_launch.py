@@ -104,7 +104,7 @@ def test_torchrun_arguments() -> None:
     two = LaunchPlan(values, processes_per_machine=2, use_cpu=True, env={})
     assert torchrun_command(two, ["-x"], module=True)[3:] == [
         "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "29501",
-        "--nproc_per_node", "2", "--module", "-x",
+        "--rdzv_conf", "timeout=300", "--nproc_per_node", "2", "--module", "-x",
     ]
 
 
@@ -198,3 +198,16 @@ def test_child_killed_by_a_signal(run_accel, tmp_path: Path) -> None:
     result = run_accel("launch", str(script))
     assert result.returncode == 128 + 15
     assert result.stderr.strip() == "accel launch: killed.py was stopped by SIGTERM"
+
+
+def test_unreachable_machine_0_is_one_clear_line() -> None:
+    import argparse
+
+    from accel.cli.distributed_run import _start_failure
+
+    args = argparse.Namespace(master_addr="10.0.0.5", master_port=29877)
+    error = RuntimeError("The client socket has timed out after 300000ms while trying to connect to (10.0.0.5, 29877).")
+    assert _start_failure(error, args, "train.py") == (
+        "could not reach machine 0 at 10.0.0.5:29877 in time: check --main_process_ip and --main_process_port, "
+        "that machine 0 has started, and that no firewall blocks the port"
+    )
