@@ -76,7 +76,7 @@ class TransformerEngineFP8(FP8Backend):
         if reason is not None:
             raise ValueError(f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on this GPU with 'te': {reason}.")
         self.te_recipe = build_recipe(recipe_module, self.recipe, self.scaling)
-        self.autocast_factory = TEAutocast(self.te, self.te_recipe)
+        self.autocast_factory = TEAutocast(self.te, self.te_recipe, _process_group())
         self.layer_norm_report: ConversionReport | None = None
         self._params = ParameterMap()
 
@@ -140,3 +140,11 @@ def _import_te() -> ModuleType:
 
 def _root_module(te: ModuleType) -> ModuleType | None:
     return sys.modules.get(te.__name__.split(".")[0])
+
+
+def _process_group() -> Any:
+    """The default process group when several processes train, else None (TE then reduces nothing)."""
+    distributed = torch.distributed
+    if distributed.is_available() and distributed.is_initialized() and distributed.get_world_size() > 1:
+        return distributed.group.WORLD
+    return None

@@ -88,18 +88,21 @@ def _capability_reason(scaling: str, device: torch.device) -> str | None:
 class TEAutocast:
     """Opens TE's autocast for one recipe, in the API the installed TE has.
 
-    TE 2.9 and newer: ``te.autocast(enabled=, recipe=)``; older: ``te.fp8_autocast(enabled=,
-    fp8_recipe=)`` (the keyword changed with the name). A class, not a closure, so a prepared
-    model stays picklable.
+    TE 2.9 and newer: ``te.autocast(enabled=, recipe=, amax_reduction_group=)``; older:
+    ``te.fp8_autocast(enabled=, fp8_recipe=, fp8_group=)`` (the keywords changed with the name).
+    With several processes, `group` (the default process group) is where TE reduces the amaxes,
+    so that every replica scales alike. A class, not a closure, so a prepared model stays picklable.
     """
 
-    __slots__ = ("_function", "_recipe", "_keyword")
+    __slots__ = ("_function", "_keyword", "_arguments")
 
-    def __init__(self, te: ModuleType, recipe: Any) -> None:
+    def __init__(self, te: ModuleType, recipe: Any, group: Any = None) -> None:
         function = getattr(te, "autocast", None)
         self._keyword = "recipe" if function is not None else "fp8_recipe"
         self._function = function if function is not None else te.fp8_autocast
-        self._recipe = recipe
+        self._arguments: dict[str, Any] = {self._keyword: recipe}
+        if group is not None:
+            self._arguments["amax_reduction_group" if function is not None else "fp8_group"] = group
 
     @property
     def api(self) -> str:
@@ -107,4 +110,4 @@ class TEAutocast:
         return "autocast" if self._keyword == "recipe" else "fp8_autocast"
 
     def __call__(self, enabled: bool) -> Any:
-        return self._function(enabled=enabled, **{self._keyword: self._recipe})
+        return self._function(enabled=enabled, **self._arguments)

@@ -259,3 +259,18 @@ def test_a_model_without_an_fp8_linear_raises_and_stays_as_it_was(te: Any) -> No
     with pytest.raises(ValueError, match="found no nn.Linear layer it can run in FP8"):
         te_accelerator().prepare(model)
     assert isinstance(model[1], nn.LayerNorm)
+
+
+@pytest.mark.parametrize(("api", "recipe_key", "group_key"), [("autocast", "recipe", "amax_reduction_group"),
+                                                             ("fp8_autocast", "fp8_recipe", "fp8_group")])
+def test_autocast_passes_the_process_group_in_each_api_generation(api: str, recipe_key: str, group_key: str) -> None:
+    import types
+
+    from accel.backends.te_recipe import TEAutocast
+
+    calls: list[dict[str, object]] = []
+    te = types.SimpleNamespace(**{api: lambda **kwargs: calls.append(kwargs)})
+    group, recipe = object(), object()
+    TEAutocast(te, recipe, group)(True)  # type: ignore[arg-type]
+    TEAutocast(te, recipe)(False)  # type: ignore[arg-type]
+    assert calls == [{"enabled": True, recipe_key: recipe, group_key: group}, {"enabled": False, recipe_key: recipe}]
