@@ -412,34 +412,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+SECTIONS = {
+    "speed": ("speed.csv", "Speed (one training step, medians)"),
+    "memory": ("memory.csv", "Memory (bytes per parameter of the converted layers, after backward)"),
+    "accuracy": ("accuracy.csv", "Accuracy (example GPT; final loss = mean of the last 20 steps)"),
+}
+
+
+def write_report(out: Path) -> None:
+    """report.md from every part's CSV in ``out``: a rerun of one part updates its section only."""
+    parts = [f"# FP8 benchmark\n\n{environment()}"]
+    for file, title in SECTIONS.values():
+        if (out / file).exists():
+            with (out / file).open() as handle:
+                parts.append(f"## {title}\n\n" + markdown_table(list(csv.DictReader(handle))))
+    if (out / "loss_curves.png").exists():
+        parts.append("![loss curves](loss_curves.png)")
+    (out / "report.md").write_text("\n\n".join(parts) + "\n")
+
+
+def run_part(part: str, args: argparse.Namespace, config: GPTConfig, works: list[Workload]) -> list[dict[str, Any]]:
+    if part == "speed":
+        return speed_rows(works[0], args.reps, 2) + speed_rows(works[1], 3 * args.reps, 3)
+    if part == "memory":
+        return memory_rows(works)
+    curves, seconds = accuracy_runs(config, args.steps, args.batch_size, args.seed)
+    write_csv([{"step": i + 1, **{n: c[i] for n, c in curves.items()}} for i in range(args.steps)], args.out / "loss_curves.csv")
+    plot_curves(curves, args.out / "loss_curves.png")
+    return accuracy_rows(curves, seconds)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     config = GPTConfig(n_layer=args.n_layer, n_embd=args.n_embd)
     dim = 256 if args.quick else 2048
     works = [mlp_workload(dim, dim), gpt_workload(config, args.batch_size)]
-    report = [f"# FP8 benchmark\n\n{environment()}\n"]
     print(environment(), flush=True)
-    if "speed" in args.parts:
-        rows = speed_rows(works[0], args.reps, 2) + speed_rows(works[1], 3 * args.reps, 3)
-        write_csv(rows, args.out / "speed.csv")
-        report.append("## Speed (one training step, medians)\n\n" + markdown_table(rows))
+    for part in args.parts:
+        rows = run_part(part, args, config, works)
+        write_csv(rows, args.out / SECTIONS[part][0])
         print(markdown_table(rows), flush=True)
-    if "memory" in args.parts:
-        rows = memory_rows(works)
-        write_csv(rows, args.out / "memory.csv")
-        report.append("## Memory (bytes per parameter of the converted layers, after backward)\n\n" + markdown_table(rows))
-        print(markdown_table(rows), flush=True)
-    if "accuracy" in args.parts:
-        curves, seconds = accuracy_runs(config, args.steps, args.batch_size, args.seed)
-        rows = accuracy_rows(curves, seconds)
-        write_csv(rows, args.out / "accuracy.csv")
-        write_csv([{"step": i + 1, **{n: c[i] for n, c in curves.items()}} for i in range(args.steps)], args.out / "loss_curves.csv")
-        plot_curves(curves, args.out / "loss_curves.png")
-        report.append(f"## Accuracy (example GPT, {args.steps} steps)\n\n" + markdown_table(rows))
-        print(markdown_table(rows), flush=True)
-    name = "report.md" if set(args.parts) == set(PARTS) else f"report_{'_'.join(args.parts)}.md"
-    (args.out / name).write_text("\n\n".join(report) + "\n")
+    write_report(args.out)
     print(f"written to {args.out}")
     return 0
 
