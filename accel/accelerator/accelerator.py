@@ -117,6 +117,11 @@ class Accelerator(ProcessMixin):
         return any(optimizer.step_was_skipped for optimizer in self._optimizers)
 
     @property
+    def conversion_report(self) -> Any:
+        """For FP8: every nn.Linear, converted or skipped and why (None for other precisions)."""
+        return getattr(self.precision, "conversion_report", None)
+
+    @property
     def step_stats(self) -> dict[str, float]:
         """Numbers worth logging each step: for fp16 the loss scale and the count of skipped steps."""
         return self.precision.stats()

@@ -7,9 +7,7 @@ run here raises with the reason; accel never falls back to another precision.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-import warnings
 from typing import ClassVar
 
 import torch
@@ -81,20 +79,6 @@ class FP8Backend(PrecisionBackend):
             )
         self.conversion_report = report
         logger.info(report.summary())
-        for pattern in report.unmatched_patterns:
-            warnings.warn(_unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
-
-
-def _unmatched_pattern_message(pattern: str, report: ConversionReport) -> str:
-    """Why an exclude pattern excluded nothing, with the fix when it names a nested layer."""
-    nested = [d.name for d in report.layers if fnmatch.fnmatchcase(d.name, f"*.{pattern}")]
-    hint = (
-        f" Patterns match the whole qualified name, so {pattern!r} does not match {nested[0]!r}; "
-        f"write {'*' + pattern!r} to match it at any depth."
-        if nested
-        else ""
-    )
-    return f"FP8RecipeKwargs(exclude_modules=...): the pattern {pattern!r} matched no Linear layer of the model.{hint}"
 
 
 FP8_BACKENDS: dict[str, type[FP8Backend]] = {}

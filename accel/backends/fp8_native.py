@@ -13,7 +13,9 @@ and counted), the level updates the parameters, and the amaxes roll into their h
 
 from __future__ import annotations
 
+import fnmatch
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ import torch
 from torch import nn
 
 from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
+from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
 from accel.backends.native_fp8 import Float8Config, Float8Linear, ScalerGroup, convert_linears, float8_layers
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
@@ -99,6 +102,8 @@ class NativeFP8(FP8Backend):
     def convert_module(self, module: nn.Module) -> nn.Module:
         report = convert_linears(module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer)
         self._record_conversion(report)
+        for pattern in report.unmatched_patterns:
+            warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})
         self._make_compact(module)
         return module
@@ -225,6 +230,22 @@ class NativeFP8(FP8Backend):
 
     def teardown(self) -> None:
         self._state_preserver.remove()
+
+
+def unmatched_pattern_message(pattern: str, report: ConversionReport) -> str:
+    """Why an exclude pattern excluded nothing, with the fix when it names a nested layer.
+
+    Patterns match whole qualified names (as TransformerEngine's and torchao's filters do), never
+    suffixes: a bare "proj" matching every "attn.proj" and "mlp.proj" would exclude silently.
+    """
+    nested = [d.name for d in report.layers if fnmatch.fnmatchcase(d.name, f"*.{pattern}")]
+    hint = (
+        f" Patterns match the whole qualified name, so {pattern!r} does not match {nested[0]!r}; "
+        f"write {'*' + pattern!r} to match it at any depth."
+        if nested
+        else ""
+    )
+    return f"FP8RecipeKwargs(exclude_modules=...): the pattern {pattern!r} matched no Linear layer of the model.{hint}"
 
 
 def _scalers_of(model: nn.Module) -> dict[str, Any]:

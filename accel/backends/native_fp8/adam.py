@@ -26,7 +26,8 @@ Two choices differ from storing ``exp_avg`` and ``exp_avg_sq`` as they are:
   flushed to zero because some other element of the tensor is large, as happens to a
   per-tensor-scaled ``exp_avg``. It is rounded stochastically too: wherever the gradient is
   steady the ratios of a tensor sit at the same value, and round-to-nearest would move them
-  all the same way at every step (measured: a 25% faster, wrong, descent on a quadratic).
+  all the same way at every step (measured on a quadratic: 24% off AdamW's trajectory after
+  300 steps with round-to-nearest, on it with stochastic rounding).
 """
 
 from __future__ import annotations

@@ -128,9 +128,8 @@ class TensorScaler:
         )
         self.dtype = dtype
         self.fp8_max = fp8_max(dtype)
-        # The largest finite magnitude's byte, shifted as _count shifts the bytes.
-        top_byte = int(torch.tensor(self.fp8_max, device="cpu").to(dtype).view(torch.uint8).item())
-        self._max_magnitude = (top_byte << 1) & 0xFF
+        # The byte of the largest finite magnitude, without its sign bit.
+        self._max_magnitude = int(torch.tensor(self.fp8_max, device="cpu").to(dtype).view(torch.uint8).item())
         self.margin = margin
         self.amax_compute_algo = amax_compute_algo
         self.scaling = scaling
@@ -200,17 +199,16 @@ class TensorScaler:
         return torch.where(self.calibrated, self.scale, own)
 
     def _count(self, x: torch.Tensor, q: torch.Tensor, scaled_amax: torch.Tensor) -> None:
-        """Add this cast's saturated and flushed-to-zero counts, mostly from the FP8 bytes.
+        """Add this cast's saturated and flushed-to-zero counts, from one histogram of the FP8 bytes.
 
         flushed = nonzero values of x minus nonzero values of q (a cast never makes a zero
         nonzero). saturated = values cast to the format's largest magnitude, counted only
         when the scaled amax exceeded it (else the largest value merely landed on the top).
         """
-        magnitude = q.view(torch.uint8) << 1  # the sign bit shifted out: 0 for both zeros
-        nonzero = torch.count_nonzero(magnitude)
-        flushed = torch.count_nonzero(x) - nonzero
-        at_max = torch.count_nonzero(magnitude == self._max_magnitude)
-        saturated = torch.where(scaled_amax > self.fp8_max, at_max, 0)
+        # Bytes 0-127 are the magnitudes with sign 0, 128-255 the same with sign 1.
+        by_magnitude = torch.bincount(q.view(torch.uint8).reshape(-1), minlength=256).view(2, 128).sum(0)
+        flushed = torch.count_nonzero(x) - (q.numel() - by_magnitude[0])
+        saturated = torch.where(scaled_amax > self.fp8_max, by_magnitude[self._max_magnitude], 0)
         self.step_saturated = self.step_saturated + saturated
         self.step_flushed = self.step_flushed + flushed
 
