@@ -21,11 +21,11 @@ def save_weights(state_dict: dict[str, torch.Tensor], directory: str | Path) -> 
         raise NotADirectoryError(f"save_model(save_directory={str(directory)!r}): that path is a file, not a folder.")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / WEIGHTS_NAME
-    save_file(_without_shared(state_dict), str(path), metadata={"format": "pt"})
+    save_file(without_shared(state_dict), str(path), metadata={"format": "pt"})
     return path
 
 
-def _without_shared(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def without_shared(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop every tensor that views the same memory as one already kept; make the rest contiguous."""
     kept: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int, tuple[int, ...], torch.dtype]] = set()

@@ -22,7 +22,7 @@ from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport, plan_conversion
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
-from accel.backends.fp8_support import check_fixed_fields, library_version, module_present, too_old_reason
+from accel.backends.fp8_support import check_fixed_fields, cuda_library_reason, library_version, module_present, too_old_reason
 from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
@@ -99,14 +99,12 @@ class MSAMPFP8(FP8Backend):
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
         """None when MS-AMP can run on `device`; else why not (GPU, library, version)."""
-        reasons = [r for r in (_library_reason(), cuda_fp8_reason(device)) if r]
-        if reasons:
-            return "; ".join(reasons)
-        try:
-            msamp = _import_msamp()
-        except Exception as error:  # MS-AMP imports DeepSpeed and CUDA extensions at top level
-            return f"MS-AMP is installed but does not import: {type(error).__name__}: {error}"
-        return too_old_reason("MS-AMP", library_version(msamp, ("msamp", "ms-amp")), MIN_MSAMP_VERSION, INSTALL_MSAMP)
+        reason = cuda_library_reason("MS-AMP", _library_reason(), cuda_fp8_reason(device), _import_msamp)
+        if reason is not None:
+            return reason
+        return too_old_reason(
+            "MS-AMP", library_version(_import_msamp(), ("msamp", "ms-amp")), MIN_MSAMP_VERSION, INSTALL_MSAMP
+        )
 
     def _check_recipe(self) -> None:
         check_fixed_fields(self.recipe, FIXED_FIELDS, self.library, "MS-AMP has no setting for it")

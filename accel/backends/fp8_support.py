@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable
 import sys
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -81,3 +82,18 @@ def check_fixed_fields(recipe: FP8RecipeKwargs, fixed: Mapping[str, object], lib
         f"FP8RecipeKwargs({asked}) cannot run on the {library!r} FP8 backend: it always runs {runs} "
         f"({why}). Remove the field, or choose a backend that honours it (docs/fp8-backends.md)."
     )
+
+
+def cuda_library_reason(
+    library: str, missing: str | None, no_fp8_gpu: str | None, load: Callable[[], object]
+) -> str | None:
+    """Why a CUDA FP8 library cannot run: not installed (`missing`), no FP8 GPU (`no_fp8_gpu`), or it
+    fails to import; None when `load()` gives the module. Shared by the te and msamp backends."""
+    reasons = [r for r in (missing, no_fp8_gpu) if r]
+    if reasons:
+        return "; ".join(reasons)
+    try:
+        load()
+    except Exception as error:  # a broken install raises anything (OSError, RuntimeError, ImportError, ...)
+        return f"{library} is installed but does not import: {type(error).__name__}: {error}"
+    return None

@@ -22,7 +22,7 @@ from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
-from accel.backends.fp8_support import library_version, module_present, too_old_reason
+from accel.backends.fp8_support import cuda_library_reason, library_version, module_present, too_old_reason
 from accel.backends.te_convert import (
     ParameterMap,
     convert_layer_norms,
@@ -83,14 +83,10 @@ class TransformerEngineFP8(FP8Backend):
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
         """None when TE can run on `device`; else why not (GPU, library, version)."""
-        reasons = [r for r in (_library_reason(), cuda_fp8_reason(device)) if r]
-        if reasons:
-            return "; ".join(reasons)
-        try:
-            te = _import_te()
-        except Exception as error:  # a broken install raises anything (OSError, RuntimeError, ...)
-            return f"TransformerEngine is installed but does not import: {type(error).__name__}: {error}"
-        version = library_version(_root_module(te), ("transformer_engine", "transformer-engine"))
+        reason = cuda_library_reason("TransformerEngine", _library_reason(), cuda_fp8_reason(device), _import_te)
+        if reason is not None:
+            return reason
+        version = library_version(_root_module(_import_te()), ("transformer_engine", "transformer-engine"))
         return too_old_reason("TransformerEngine", version, MIN_TE_VERSION, INSTALL_TE)
 
     def _check_recipe(self) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from accel.accelerator.io import _without_shared
+from accel.accelerator.io import without_shared
 
 if TYPE_CHECKING:
     from accel.accelerator.accelerator import Accelerator
@@ -19,7 +19,7 @@ _SHOWN = 8
 
 def model_weights(accelerator: Accelerator, model: nn.Module) -> dict[str, torch.Tensor]:
     """The weights to save: `get_state_dict` (original names, high precision), ties written once."""
-    return _without_shared(accelerator.get_state_dict(model))
+    return without_shared(accelerator.get_state_dict(model))
 
 
 def model_gradients(accelerator: Accelerator, model: nn.Module) -> dict[str, torch.Tensor]:
