@@ -52,8 +52,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
         """Step (through the loss scaler if there is one), on sync micro-batches only."""
         if self._gradients.sync_gradients:
-            self._step_was_skipped = not self._backend.optimizer_step(self.optimizer, closure)
-            self._unscaled = False
+            try:
+                self._step_was_skipped = not self._backend.optimizer_step(self.optimizer, closure)
+            finally:
+                self._unscaled = False
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients, on sync micro-batches only (accumulation keeps them otherwise)."""

@@ -1,7 +1,16 @@
-"""LossScaler: dynamic loss scaling with torch.amp.GradScaler, for backends other than fp16 that need it.
+"""LossScaler: dynamic loss scaling with torch.amp.GradScaler, for fp16 and for MS-AMP.
 
 MS-AMP's examples scale the loss with torch's GradScaler (MS-AMP teaches its unscale kernel
-about its own gradient tensors). This class keeps the scaler and counts the steps it skipped.
+about its own gradient tensors). This class keeps the scaler and adds what torch leaves out:
+
+- A step counts as skipped exactly when torch's scaler found inf/NaN in its gradients (the
+  same test torch uses to decide whether to step), whatever the scale does.
+- The scale never drops below a floor (GradScalerKwargs.min_scale, 1.0 by default). torch's
+  scale otherwise halves on and on: after ~166 overflows in a row it is 0.0, the inverse scale
+  overflows, gradients are unscaled into NaN *after* torch checked them, and NaN reaches the
+  weights. At a scale >= 1, unscaling only shrinks gradients, so the check stays exact.
+- A run whose steps keep being skipped at the floor stops with LossScaleOverflowError instead
+  of training on without ever stepping.
 """
 
 from __future__ import annotations
@@ -14,8 +23,12 @@ import torch
 from accel.kwargs_handlers import GradScalerKwargs
 
 
+class LossScaleOverflowError(RuntimeError):
+    """Too many optimizer steps in a row were skipped for inf/NaN gradients at the lowest loss scale."""
+
+
 class LossScaler:
-    """A torch.amp.GradScaler built from GradScalerKwargs, with the skipped-step count."""
+    """A torch.amp.GradScaler built from GradScalerKwargs, with a floor and the skipped-step counts."""
 
     def __init__(self, device: torch.device, options: GradScalerKwargs) -> None:
         self.scaler = torch.amp.GradScaler(
@@ -26,8 +39,11 @@ class LossScaler:
             growth_interval=options.growth_interval,
             enabled=options.enabled,
         )
-        self._scale = self.scaler.get_scale()
+        self.floor = torch.tensor(options.scale_floor, dtype=torch.float32).item()  # as the fp32 scale holds it
+        self.max_consecutive_skips = options.max_consecutive_skips
         self.skipped_steps = 0
+        self.consecutive_skips = 0
+        """Steps skipped in a row (reset by a step that ran)."""
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         self.scaler.scale(loss).backward(**kwargs)
@@ -36,22 +52,54 @@ class LossScaler:
         self.scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        """Step unless gradients hold inf/NaN; update the scale. False when the step was skipped."""
+        """Step unless gradients hold inf/NaN; update the scale. False when the step was skipped.
+
+        Raises LossScaleOverflowError when `max_consecutive_skips` steps in a row were skipped
+        with the scale at its floor (the skipped step is counted and the scale updated first).
+        """
+        if not self.scaler.is_enabled():
+            optimizer.step() if closure is None else optimizer.step(closure)
+            return True
         self.scaler.step(optimizer) if closure is None else self.scaler.step(optimizer, closure)
+        # torch's own test in GradScaler.step: found_inf is only read back before update() clears it.
+        skipped = bool(sum(v.item() for v in self.scaler._found_inf_per_device(optimizer).values()))
         self.scaler.update()
+        if not skipped:
+            self.consecutive_skips = 0
+            return True
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
         scale = self.scaler.get_scale()
-        stepped = not scale < self._scale  # update() lowers the scale only after a skipped step
-        self._scale = scale
-        self.skipped_steps += not stepped
-        return stepped
+        if scale <= self.floor:
+            if scale < self.floor:
+                self.scaler.update(new_scale=self.floor)
+            if self.consecutive_skips >= self.max_consecutive_skips:
+                raise LossScaleOverflowError(self._overflow_message())
+        return False
+
+    def _overflow_message(self) -> str:
+        return (
+            f"loss scaling: the last {self.consecutive_skips} optimizer steps in a row were skipped because their "
+            f"gradients held inf or NaN, and the loss scale is at its floor ({self.floor}), where lowering it "
+            "cannot help: the forward or backward pass itself overflows float16 (largest value 65504) or makes "
+            "NaN. The skipped steps wrote nothing into the weights or the optimizer state. "
+            "To fix it: train in mixed_precision='bf16' (fp32's range), lower the learning rate, check the inputs "
+            "and the loss for inf/NaN, or allow more skips with "
+            f"GradScalerKwargs(max_consecutive_skips=...) (now {self.max_consecutive_skips})."
+        )
 
     def stats(self) -> dict[str, float]:
-        return {"loss_scale": self._scale, "skipped_steps": self.skipped_steps}
+        return {"loss_scale": self.scaler.get_scale(), "skipped_steps": self.skipped_steps}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scaler": self.scaler.state_dict(), "skipped_steps": self.skipped_steps}
+        return {
+            "scaler": self.scaler.state_dict(),
+            "skipped_steps": self.skipped_steps,
+            "consecutive_skips": self.consecutive_skips,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`; a checkpoint from before `consecutive_skips` existed restores it as 0."""
         self.scaler.load_state_dict(state["scaler"])
         self.skipped_steps = int(state["skipped_steps"])
-        self._scale = self.scaler.get_scale()
+        self.consecutive_skips = int(state.get("consecutive_skips", 0))

@@ -2,18 +2,20 @@
 
 Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
 (backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
-the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`. Keys that only mean
+the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`; `MULTI_GPU` on a
+machine where torch sees no GPU is refused (it would otherwise quietly train on CPUs). Keys that only mean
 something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
 otherwise named in one warning, so that nothing is ignored without a word.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from accel.cli.errors import warn
+from accel.cli import capabilities
+from accel.cli.errors import CliError, warn
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import FP8_SECTION, FP8_SETTINGS_BY_KEY, TOP_LEVEL_SETTINGS
 
@@ -54,8 +56,13 @@ def looks_like_accelerate(data: Mapping[Any, Any]) -> bool:
     return recipe.get("backend") in _UPPER_CASE_BACKENDS or bool(set(FP8RecipeKwargs.aliases) & set(recipe))
 
 
-def translate(data: Mapping[Any, Any], path: Path, command: str) -> dict[str, Any]:
-    """accel's mapping for Accelerate's `data`; warns once naming every key it drops that would matter."""
+def translate(
+    data: Mapping[Any, Any], path: Path, command: str, gpus: Callable[[], int] | None = None
+) -> dict[str, Any]:
+    """accel's mapping for Accelerate's `data`; warns once naming every key it drops that would matter.
+
+    `gpus` (how many GPUs torch sees; default capabilities.gpu_count) is called only for MULTI_GPU.
+    """
     result: dict[str, Any] = {}
     dropped: list[str] = []
     implied: dict[str, Any] = {}
@@ -64,6 +71,7 @@ def translate(data: Mapping[Any, Any], path: Path, command: str) -> dict[str, An
             result[key] = value
         elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
             implied = _DISTRIBUTED_TYPES[str(value).upper()]
+            _check_gpus_for(str(value).upper(), data, path, gpus)
         elif not _is_inert(key, value):
             dropped.append(_describe(str(key), value))
     result.update(implied)
@@ -72,6 +80,19 @@ def translate(data: Mapping[Any, Any], path: Path, command: str) -> dict[str, An
     if dropped:
         warn(command, f"{path} is an Accelerate config; ignoring what has no meaning in accel: {', '.join(dropped)}")
     return result
+
+
+def _check_gpus_for(
+    distributed_type: str, data: Mapping[Any, Any], path: Path, gpus: Callable[[], int] | None
+) -> None:
+    """Refuse MULTI_GPU (without use_cpu: true) where there is no GPU, rather than start CPU processes."""
+    if distributed_type != "MULTI_GPU" or data.get("use_cpu") is True or (gpus or capabilities.gpu_count)() > 0:
+        return
+    raise CliError(
+        f"{path}: distributed_type: MULTI_GPU, but torch sees no GPU on this machine, so the processes would "
+        "train on the CPU. To train on the CPU say so: set `distributed_type: MULTI_CPU` (or `use_cpu: true`); "
+        "otherwise run where a GPU is visible (check CUDA_VISIBLE_DEVICES and `accel env`)"
+    )
 
 
 def _translate_recipe(recipe: Mapping[Any, Any], dropped: list[str]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 from accel._validation import closest
 from accel.cli import accelerate_config
 from accel.cli.errors import CliError
+from accel.environment import CONFIG_FILE_VARIABLE
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import (
     FP8_SECTION,
@@ -25,7 +26,6 @@ from accel.settings import (
     Setting,
 )
 
-CONFIG_FILE_VARIABLE = "ACCEL_CONFIG_FILE"
 _TOP_LEVEL = {setting.yaml_key: setting for setting in TOP_LEVEL_SETTINGS}
 
 

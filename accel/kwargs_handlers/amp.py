@@ -28,6 +28,19 @@ class GradScalerKwargs(KwargsHandler):
     """Overflow-free steps between two growths; must be >= 1."""
     enabled: bool = True
     """False runs fp16 autocast without loss scaling (gradients may underflow)."""
+    min_scale: float | None = None
+    """accel only: the floor of the loss scale; None means 1.0 (or `init_scale` when lower).
+
+    At a scale >= 1 unscaling only shrinks gradients, so torch's inf/NaN check (made before
+    unscaling) is exact; below it the scale would reach 0.0 and let NaN into the weights."""
+    max_consecutive_skips: int = 100
+    """accel only: raise once this many optimizer steps in a row were skipped (inf/NaN gradients)
+    with the scale at its floor, instead of training on without ever stepping."""
+
+    @property
+    def scale_floor(self) -> float:
+        """The lowest loss scale: `min_scale`, or 1.0 capped at `init_scale` when not given."""
+        return float(self.min_scale) if self.min_scale is not None else min(1.0, float(self.init_scale))
 
     def __post_init__(self) -> None:
         init_scale = _check_float("GradScalerKwargs.init_scale", self.init_scale)
@@ -42,6 +55,14 @@ class GradScalerKwargs(KwargsHandler):
             )
         check_int("GradScalerKwargs.growth_interval", self.growth_interval, minimum=1)
         check_bool("GradScalerKwargs.enabled", self.enabled)
+        check_int("GradScalerKwargs.max_consecutive_skips", self.max_consecutive_skips, minimum=1)
+        if self.min_scale is not None:
+            floor = _check_float("GradScalerKwargs.min_scale", self.min_scale)
+            if not 0 < floor <= init_scale:
+                raise ValueError(
+                    f"GradScalerKwargs.min_scale={self.min_scale!r} must be > 0 and <= init_scale={self.init_scale!r} "
+                    "(default None: 1.0, or init_scale when lower)."
+                )
 
 
 @kwargs_handler()

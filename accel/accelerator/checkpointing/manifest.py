@@ -16,6 +16,9 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 CONTENTS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
 """The kinds of objects a checkpoint holds, as counted in the manifest's `contents`."""
+MAX_DEPTH = 32
+"""How deeply a manifest may nest; accel writes at most 4 levels. Deeper is damage, refused before
+anything walks it (deep enough nesting makes json and comparisons raise RecursionError)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +88,16 @@ def read_manifest(folder: Path, label: str) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{label}: {MANIFEST_NAME} cannot be read ({exc}); the checkpoint is damaged.") from exc
+    except RecursionError:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} cannot be read (it nests too deeply for json to parse; accel writes at most "
+            f"{MAX_DEPTH} levels); the checkpoint is damaged."
+        ) from None
+    if _depth(data) > MAX_DEPTH:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} nests more than {MAX_DEPTH} levels deep (accel writes at most {MAX_DEPTH}); "
+            "the checkpoint is damaged."
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(
             f"{label}: {MANIFEST_NAME} is not an accel checkpoint manifest (no \"format\": {FORMAT!r})."
@@ -107,6 +120,7 @@ def _from_dict(data: dict[str, Any], label: str) -> Manifest:
         _check(label, f"contents.{key}", data["contents"].get(key), int)
     for key, kind in (("steps", int), ("micro_batch", int), ("sync_gradients", bool)):
         _check(label, f"gradient_accumulation.{key}", data["gradient_accumulation"].get(key), kind)
+    _check_window(label, data["gradient_accumulation"])
     files = {}
     for name, entry in data["files"].items():
         if not _is_plain_name(name) or not isinstance(entry, dict):
@@ -141,6 +155,33 @@ def _check(label: str, name: str, value: Any, kind: type | tuple[type, ...]) -> 
         raise CheckpointError(
             f"{label}: {MANIFEST_NAME} has {name}={value!r}, not a {_type_names(kind)}; the checkpoint is damaged."
         )
+
+
+def _check_window(label: str, accumulation: dict[str, Any]) -> None:
+    """The position saved must lie inside the accumulation window: 0 <= micro_batch < steps."""
+    steps, micro_batch = accumulation["steps"], accumulation["micro_batch"]
+    if steps < 1:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} has gradient_accumulation.steps={steps}, but it must be >= 1; "
+            "the checkpoint is damaged."
+        )
+    if not 0 <= micro_batch < steps:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} has gradient_accumulation.micro_batch={micro_batch} with steps={steps}, but "
+            f"it must be from 0 to steps - 1 = {steps - 1} (its place in the window); the checkpoint is damaged."
+        )
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and dicts (iteratively: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _is_plain_name(name: str) -> bool:
