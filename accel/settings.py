@@ -23,6 +23,7 @@ from accel._validation import check_choice
 from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
 from accel.kwargs_handlers.fp8 import (
     AMAX_COMPUTE_ALGOS,
+    BASE_PRECISIONS,
     FP8_BACKENDS,
     FP8_FORMATS,
     OPTIMIZATION_LEVELS,
@@ -321,6 +322,7 @@ _RECIPE_CHOICES: dict[str, tuple[str, ...]] = {
     "amax_compute_algo": AMAX_COMPUTE_ALGOS,
     "scaling": SCALINGS,
     "optimization_level": OPTIMIZATION_LEVELS,
+    "base_precision": BASE_PRECISIONS,
 }
 """The accepted values of FP8RecipeKwargs' string fields (for prompts and help; it validates itself)."""
 

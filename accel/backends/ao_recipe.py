@@ -25,10 +25,15 @@ ROWWISE_FORMAT = "E4M3"
 
 
 def float8_config(recipe: FP8RecipeKwargs, scaling: str) -> Any:
-    """torchao's Float8LinearConfig for `scaling` in `recipe.fp8_format`."""
+    """torchao's Float8LinearConfig for `scaling` in `recipe.fp8_format`, with `pad_inner_dim` on.
+
+    CUDA's `_scaled_mm` needs the contracted dimension to be a multiple of 16; for the weight
+    gradient that is the token count, which a last partial batch breaks. torchao pads it with
+    zeros (which add nothing to the product) when `pad_inner_dim` is set, as Accelerate sets it.
+    """
     from torchao.float8 import CastConfig, Float8LinearConfig  # type: ignore[import-untyped]
 
-    config = Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling])
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling]), pad_inner_dim=True)
     if scaling == "current" and recipe.fp8_format == "E4M3":
         e4m3 = config.cast_config_input.target_dtype
         config = dataclasses.replace(

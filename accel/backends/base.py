@@ -53,6 +53,9 @@ class PrecisionBackend:
     """The dtype matrix products run in."""
     handler_types: ClassVar[tuple[type[KwargsHandler], ...]] = ()
     """Precision-specific handlers (GradScalerKwargs, FP8RecipeKwargs) this backend honours."""
+    orphan_optimizer_is_error: ClassVar[bool] = False
+    """True where an optimizer over parameters of no prepared model can never train it, so prepare
+    raises instead of warning (the optimizer may otherwise legitimately train other tensors)."""
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         self.device = device
@@ -93,6 +96,11 @@ class PrecisionBackend:
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring `optimizer`'s gradients to their true scale (before clipping). Default: nothing."""
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip the (unscaled) gradients' total norm in place and return it. Default: torch's own;
+        MS-AMP's parameters need MS-AMP's."""
+        return nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         """Step `optimizer`; return False when the step was skipped (inf/NaN gradients)."""

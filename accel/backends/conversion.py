@@ -18,7 +18,8 @@ FP8_ALIGNMENT: int = 16
 CONVERTED = "converted"
 ALREADY = "already converted"
 EXCLUDED = "excluded"
-NOT_ALIGNED = f"not a multiple of {FP8_ALIGNMENT}"
+_NOT_ALIGNED_PREFIX = "not a multiple of "
+NOT_ALIGNED = f"{_NOT_ALIGNED_PREFIX}{FP8_ALIGNMENT}"
 EXTRA_STATE = "with extra parameters"
 ROOT = "root module"
 NOT_CALLED = "inside MultiheadAttention"
@@ -70,9 +71,11 @@ class ConversionReport:
         line = f"FP8: converted {len(self.converted)} of {len(self.layers)} Linear layers"
         if not self.layers:
             line += " (the model has no nn.Linear)"
+        categories = {d.category for d in self.layers}
+        alignments = sorted(c for c in categories if c.startswith(_NOT_ALIGNED_PREFIX) and c != NOT_ALIGNED)
         counts = [
             f"{n} {category}"
-            for category in _SKIP_ORDER
+            for category in (*alignments, *_SKIP_ORDER)
             if (n := sum(d.category == category for d in self.layers))
         ]
         if counts:
@@ -95,11 +98,14 @@ def plan_conversion(
     *,
     exclude_modules: tuple[str, ...] = (),
     is_converted: Callable[[nn.Module], bool],
+    alignment: int = FP8_ALIGNMENT,
+    alignment_reason: str = "",
 ) -> ConversionReport:
     """Decide, for every nn.Linear of ``model``, whether it can run in FP8 (changes nothing).
 
     Eligible: an nn.Linear (subclasses too) whose in_features and out_features are
-    multiples of 16, whose qualified name matches no ``exclude_modules`` pattern
+    multiples of 16 (of ``alignment``, where a scaling needs more, with ``alignment_reason``
+    in the report), whose qualified name matches no ``exclude_modules`` pattern
     (fnmatch), that is not already converted (``is_converted``), is not ``model`` itself,
     is not the out_proj of an nn.MultiheadAttention (which never calls it), and has no
     parameters, buffers or submodules beyond weight and bias. Every backend uses this
@@ -115,7 +121,8 @@ def plan_conversion(
         patterns = [p for p in exclude_modules if fnmatch.fnmatchcase(name, p)]
         matched.update(patterns)
         parent = modules[name.rpartition(".")[0]] if name else None
-        decisions.append(_decide(name, module, patterns, parent, is_converted(module)))
+        decision = _decide(name, module, patterns, parent, is_converted(module), (alignment, alignment_reason))
+        decisions.append(decision)
     unmatched = tuple(p for p in exclude_modules if p not in matched)
     return ConversionReport(tuple(decisions), unmatched)
 
@@ -149,7 +156,8 @@ def _check_convert_args(model: object, exclude_modules: object) -> None:
 
 
 def _decide(
-    name: str, linear: nn.Linear, patterns: list[str], parent: nn.Module | None, converted: bool
+    name: str, linear: nn.Linear, patterns: list[str], parent: nn.Module | None, converted: bool,
+    alignment: tuple[int, str] = (FP8_ALIGNMENT, ""),
 ) -> LayerDecision:
     def decision(category: str, reason: str = "") -> LayerDecision:
         return LayerDecision(name, linear.in_features, linear.out_features, category, reason)
@@ -164,14 +172,16 @@ def _decide(
         )
     if patterns:
         return decision(EXCLUDED, f"excluded by pattern {patterns[0]!r}")
+    multiple, why = alignment
     misaligned = [
         f"{field} {value}"
         for field, value in (("in_features", linear.in_features), ("out_features", linear.out_features))
-        if value % FP8_ALIGNMENT
+        if value % multiple
     ]
     if misaligned:
         verb = "is not a multiple" if len(misaligned) == 1 else "are not multiples"
-        return decision(NOT_ALIGNED, f"{' and '.join(misaligned)} {verb} of {FP8_ALIGNMENT}")
+        because = f" ({why})" if why else ""
+        return decision(f"{_NOT_ALIGNED_PREFIX}{multiple}", f"{' and '.join(misaligned)} {verb} of {multiple}{because}")
     if isinstance(parent, nn.MultiheadAttention):
         return decision(
             NOT_CALLED,

@@ -7,15 +7,20 @@ run here raises with the reason; accel never falls back to another precision.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from accel.backends.base import PrecisionBackend
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport
-from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
+from accel.backends.fp8_base import create_base, loss_scaler_of
+from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 logger = logging.getLogger("accel")
 
@@ -34,16 +39,32 @@ class FP8Backend(PrecisionBackend):
     scalings: ClassVar[tuple[str, ...]] = ()
     """The `scaling` values this backend runs; the first is its default."""
     honoured_fields: ClassVar[frozenset[str]] = frozenset()
-    """Recipe fields this backend honours when the user sets them (besides backend and scaling)."""
+    """Recipe fields this backend honours when the user sets them (besides backend, scaling and
+    base_precision, which every backend honours)."""
+    refusals: ClassVar[dict[str, str]] = {}
+    """Why this backend cannot honour a field, for fields whose refusal needs its reason (field -> reason)."""
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
         self.recipe = handlers.get(FP8RecipeKwargs)
         self.scaling = self.recipe.scaling or self.scalings[0]
         self._check_recipe()
+        self.base = create_base(self.recipe.base_precision, device, handlers)
+        """The precision of everything outside the FP8 GEMMs (fp8_base.py)."""
+        self.loss_scaler = loss_scaler_of(self.base)
+        self.param_dtype = self.base.param_dtype  # type: ignore[misc]
+        self.orphan_optimizer_is_error = self.base.orphan_optimizer_is_error  # type: ignore[misc]
+        if self.loss_scaler is not None and GradScalerKwargs not in self.handler_types:
+            self.handler_types = (*self.handler_types, GradScalerKwargs)  # type: ignore[misc]
         self.conversion_report: ConversionReport | None = None
         self.selection = f"FP8 backend {self.library!r}: asked for by name"
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name='fp8', backend={self.library!r}, base_precision="
+            f"{self.recipe.base_precision!r}, param_dtype={self.param_dtype})"
+        )
 
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
@@ -57,7 +78,13 @@ class FP8Backend(PrecisionBackend):
                 f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on the {self.library!r} FP8 backend; "
                 f"it runs scaling {', '.join(map(repr, self.scalings))}."
             )
-        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - {"backend", "scaling"})
+        for field, reason in self.refusals.items():
+            if field in self.recipe.explicit_fields and getattr(self.recipe, field) != getattr(FP8RecipeKwargs(), field):
+                raise ValueError(
+                    f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on the {self.library!r} FP8 "
+                    f"backend: {reason}"
+                )
+        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - {"backend", "scaling", "base_precision"})
         if unhonoured:
             raise ValueError(
                 f"FP8RecipeKwargs sets {', '.join(unhonoured)}, which the {self.library!r} FP8 backend cannot honour "
@@ -66,6 +93,49 @@ class FP8Backend(PrecisionBackend):
                 f"{'it' if len(unhonoured) == 1 else 'them'} (docs/fp8-backends.md)."
             )
 
+    # ------------------------------------------------------------------ the base precision
+    def convert_base(self, module: nn.Module) -> nn.Module:
+        """`module` as the base precision keeps it (cast to 16 bits for a true base), before FP8 conversion."""
+        return self.base.convert_module(module)
+
+    def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
+        return self.base.autocast(handler)
+
+    def init_context(self) -> AbstractContextManager[Any]:
+        return self.base.init_context()
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self.base.check_optimizer(optimizer)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.base.backward(loss, **kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.base.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
+        return self.base.optimizer_step(optimizer, closure)
+
+    def stats(self) -> dict[str, float]:
+        return self.base.stats()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.base_state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_base_state_dict(state)
+        super().load_state_dict({k: v for k, v in state.items() if k != "loss_scaler"})
+
+    def base_state_dict(self) -> dict[str, Any]:
+        """The base precision's state: the loss scaler's under "loss_scaler" (fp16), else nothing."""
+        return {} if self.loss_scaler is None else {"loss_scaler": self.loss_scaler.state_dict()}
+
+    def load_base_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `base_state_dict()` out of a backend's state (a checkpoint without it keeps the fresh scaler)."""
+        if self.loss_scaler is not None and "loss_scaler" in state:
+            self.loss_scaler.load_state_dict(state["loss_scaler"])
+
+    # ------------------------------------------------------------------ FP8
     def fp8_stats(self) -> dict[str, dict[str, float]]:
         """Per layer: amax, scale and over/underflow counts of the last step. Default: none."""
         return {}
@@ -99,6 +169,27 @@ def create_fp8_backend(device: torch.device, handlers: Handlers) -> FP8Backend:
     backend.selection = selection
     logger.info(selection)
     return backend
+
+
+def apply_precision_recipe(name: str, fields: Mapping[str, str], handlers: Handlers) -> Handlers:
+    """`handlers` with the FP8 recipe that the precision `name` (such as "transformer-engine") implies.
+
+    The recipe the user gave (or `accel launch` passed) keeps its other fields; a field it sets
+    explicitly to another value than `name` implies raises, as the two ask for different things.
+    """
+    recipe = handlers.get(FP8RecipeKwargs)
+    implied = ", ".join(f"{field}={value!r}" for field, value in fields.items())
+    conflicts = [f"{f}={getattr(recipe, f)!r}" for f, v in fields.items() if f in recipe.explicit_fields and getattr(recipe, f) != v]
+    if conflicts:
+        raise ValueError(
+            f"mixed_precision={name!r} means mixed_precision='fp8' with FP8RecipeKwargs({implied}), but the FP8 "
+            f"recipe sets {', '.join(conflicts)}. Use mixed_precision='fp8' with your recipe, or drop "
+            f"{'that field' if len(conflicts) == 1 else 'those fields'}."
+        )
+    merged = {FP8RecipeKwargs: recipe.with_fields(**fields)}
+    if handlers.has(FP8RecipeKwargs):
+        return dataclasses.replace(handlers, given={**handlers.given, **merged})
+    return dataclasses.replace(handlers, environment={**handlers.environment, **merged})
 
 
 def _choose(requested: str, device: torch.device) -> tuple[type[FP8Backend], str]:

@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from accel.backends.ao_recipe import AO_RECIPES, ROWWISE_FORMAT, float8_config, high_precision_config
-from accel.backends.base import Forward, ForwardWrapper
+from accel.backends.base import Forward, PrecisionBackend
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import plan_conversion
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
+from accel.backends.fp8_base import FP8Forward
 from accel.backends.fp8_support import check_fixed_fields, library_version, module_present, too_old_reason
 from accel.kwargs_handlers import Handlers
 
@@ -30,14 +31,15 @@ MIN_AO_VERSION = (0, 10)
 INSTALL_AO = "install it with: pip install torchao (or accel's extra: pip install 'accel[ao]')"
 
 
-class AOForward(ForwardWrapper):
-    """FP8 while the model trains (high precision in eval unless asked); oneDNN off on CPU meanwhile."""
+class AOForward(FP8Forward):
+    """FP8 while the model trains (high precision in eval unless asked), in the base precision; oneDNN
+    off on CPU meanwhile."""
 
     __slots__ = ("_layers", "_configs", "_fp8_in_eval", "_cpu", "_on")
 
-    def __init__(self, forward: Forward, layers: list[nn.Module], configs: tuple[Any, Any], fp8_in_eval: bool,
-                 cpu: bool) -> None:
-        super().__init__(forward)
+    def __init__(self, forward: Forward, base: PrecisionBackend, layers: list[nn.Module], configs: tuple[Any, Any],
+                 fp8_in_eval: bool, cpu: bool) -> None:
+        super().__init__(forward, base)
         self._layers = layers
         self._configs = configs  # (high precision, FP8)
         self._fp8_in_eval = fp8_in_eval
@@ -45,14 +47,14 @@ class AOForward(ForwardWrapper):
         self._on = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        want = self.__wrapped__.__self__.training or self._fp8_in_eval  # type: ignore[attr-defined]
+        want = self.module.training or self._fp8_in_eval
         if want is not self._on:
             for layer in self._layers:
                 layer.config = self._configs[want]
             self._on = want
         if not (want and self._cpu):
-            return self.__wrapped__(*args, **kwargs)
-        return without_onednn(self.__wrapped__, *args, **kwargs)
+            return self._run(*args, **kwargs)
+        return without_onednn(self._run, *args, **kwargs)
 
 
 @register_fp8_backend
@@ -61,7 +63,14 @@ class TorchAOFP8(FP8Backend):
 
     library = "ao"
     scalings = tuple(AO_RECIPES)
-    honoured_fields = frozenset({"fp8_format", "use_autocast_during_eval", "exclude_modules"})
+    honoured_fields = frozenset({"fp8_format", "use_autocast_during_eval", "exclude_modules", "fp8_params"})
+    refusals = {
+        "fp8_params": (
+            "torchao's float8 training keeps the weights in high precision and casts them to FP8 for each GEMM "
+            "(its enable_fsdp_float8_all_gather casts them for FSDP's all-gather only, and FSDP is not wired "
+            "here). Use backend='native' or 'te' for FP8 weights."
+        ),
+    }
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
@@ -99,26 +108,34 @@ class TorchAOFP8(FP8Backend):
     def convert_module(self, module: nn.Module) -> nn.Module:
         from torchao.float8 import convert_to_float8_training  # type: ignore[import-untyped]
 
+        module = self.convert_base(module)
         report = plan_conversion(module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_float8_linear)
         self._record_conversion(report)
         modules = dict(module.named_modules())
         chosen = {id(modules[d.name]) for d in report.converted}
         convert_to_float8_training(module, module_filter_fn=lambda m, _fqn: id(m) in chosen, config=self.ao_config)
+        if self._cpu and self.recipe.base_precision in AUTOCAST_BASES:
+            for layer in module.modules():
+                if _is_float8_linear(layer):
+                    layer.register_forward_pre_hook(_input_to_cpu_autocast_dtype)
         return module
 
     def wrap_forward(self, forward: Forward) -> Forward:
         layers = [m for m in forward.__self__.modules() if _is_float8_linear(m)]  # type: ignore[attr-defined]
         configs = (self._eval_config, self.ao_config)
-        return AOForward(forward, layers, configs, self.recipe.use_autocast_during_eval, self._cpu)
+        return AOForward(forward, self.base, layers, configs, self.recipe.use_autocast_during_eval, self._cpu)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         if self._cpu:
-            without_onednn(loss.backward, **kwargs)
+            without_onednn(self.base.backward, loss, **kwargs)
         else:
-            loss.backward(**kwargs)
+            self.base.backward(loss, **kwargs)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        """Step unless a gradient holds inf or NaN (then count the step as skipped)."""
+        """Step unless a gradient holds inf or NaN (then count the step as skipped); with an fp16
+        base the loss scaler decides (and lowers the scale)."""
+        if self.loss_scaler is not None:
+            return self.base.optimizer_step(optimizer, closure)
         if closure is not None:
             optimizer.step(closure)
             return True
@@ -129,14 +146,27 @@ class TorchAOFP8(FP8Backend):
         return True
 
     def stats(self) -> dict[str, float]:
-        return {"skipped_steps": self.skipped_steps}
+        return {"skipped_steps": self.skipped_steps, **self.base.stats()}
 
     def state_dict(self) -> dict[str, Any]:
-        """torchao's dynamic scaling keeps no state; only the count of skipped steps is saved."""
-        return {"skipped_steps": self.skipped_steps}
+        """torchao's dynamic scaling keeps no state: the count of skipped steps (and a loss scaler's state)."""
+        return {**self.base_state_dict(), "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_base_state_dict(state)
         self.skipped_steps = int(state["skipped_steps"])
+
+
+AUTOCAST_BASES = ("bf16", "fp16")
+"""Base precisions that run the model under torch.autocast."""
+
+
+def _input_to_cpu_autocast_dtype(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """torchao's Float8Linear casts its input to the autocast dtype under CUDA autocast only (as F.linear
+    does); this does the same under CPU autocast, so that its backward sees one dtype."""
+    if not torch.is_autocast_enabled("cpu"):
+        return None
+    return (args[0].to(torch.get_autocast_dtype("cpu")), *args[1:])
 
 
 def without_onednn(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -10,6 +10,7 @@ imported only when this backend is built.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -18,10 +19,11 @@ import torch
 from torch import nn
 
 from accel._warnings import warn_once
-from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
+from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport, plan_conversion
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
+from accel.backends.fp8_base import FP8Forward
 from accel.backends.fp8_support import check_fixed_fields, cuda_library_reason, library_version, module_present, too_old_reason
 from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
@@ -40,6 +42,8 @@ FIXED_FIELDS: dict[str, object] = {
 }
 """What MS-AMP always runs: E4M3 forward and E5M2 output gradients, no margin, the max over its
 amax window, and FP8 in eval mode too (its FP8Linear has no high-precision mode)."""
+TRUE_BASES = ("bf16-true", "16-true")
+"""Base precisions with 16-bit weights, which MS-AMP does not train."""
 ADAM_TYPES: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.Adam, torch.optim.AdamW)
 _ANY_DEVICE = (
     "backend='native' runs FP8 on any device, with any optimizer at optimization_level='O1' "
@@ -58,13 +62,13 @@ class _Pairing:
         self.ready = False
 
 
-class MSAMPForward(ForwardWrapper):
-    """The model's forward, refused until MS-AMP has converted the model with its optimizer."""
+class MSAMPForward(FP8Forward):
+    """The model's forward in the base precision, refused until MS-AMP has converted the model with its optimizer."""
 
     __slots__ = ("_pairing",)
 
-    def __init__(self, forward: Forward, pairing: _Pairing) -> None:
-        super().__init__(forward)
+    def __init__(self, forward: Forward, base: PrecisionBackend, pairing: _Pairing) -> None:
+        super().__init__(forward, base)
         self._pairing = pairing
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -74,7 +78,7 @@ class MSAMPForward(ForwardWrapper):
                 "with its torch.optim.Adam/AdamW optimizer. Pass the optimizer to accelerator.prepare(...) "
                 f"before the first forward ({_ANY_DEVICE})."
             )
-        return self.__wrapped__(*args, **kwargs)
+        return self._run(*args, **kwargs)
 
 
 @register_fp8_backend
@@ -83,13 +87,24 @@ class MSAMPFP8(FP8Backend):
 
     library = "msamp"
     scalings = ("delayed",)
-    honoured_fields = frozenset({"optimization_level", "exclude_modules", *FIXED_FIELDS})
+    honoured_fields = frozenset({"optimization_level", "exclude_modules", "fp8_params", *FIXED_FIELDS})
+    refusals = {
+        "fp8_params": (
+            "MS-AMP stores weights in FP8 only at its O3 level, which runs through DeepSpeed ZeRO, not "
+            "msamp.initialize (whose O1/O2 keep FP16 weights with a scale). Use backend='native' or 'te'."
+        ),
+    }
     handler_types = (FP8RecipeKwargs, GradScalerKwargs)  # type: ignore[assignment]
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
-        self.scaler = LossScaler(device, handlers.get(GradScalerKwargs))
+        # MS-AMP always scales the loss (its examples do); an fp16 base brings the same scaler.
+        self.scaler = self.loss_scaler or LossScaler(device, handlers.get(GradScalerKwargs))
         self._pairing = _Pairing()
+        self._scaled: _TensorParams | None = None
+        """What torch's GradScaler unscales and steps, once msamp.initialize ran."""
+        self._scaling_params: list[Any] = []
+        """MS-AMP's ScalingParameters (FP8Linear weights), which are not torch.Tensors."""
         if "use_autocast_during_eval" not in self.recipe.explicit_fields:
             warn_once(
                 "backend='msamp' runs FP8 in eval mode too: MS-AMP's FP8Linear has no high-precision mode "
@@ -108,9 +123,18 @@ class MSAMPFP8(FP8Backend):
 
     def _check_recipe(self) -> None:
         check_fixed_fields(self.recipe, FIXED_FIELDS, self.library, "MS-AMP has no setting for it")
+        if self.recipe.base_precision in TRUE_BASES:
+            raise ValueError(
+                f"FP8RecipeKwargs(base_precision={self.recipe.base_precision!r}) cannot run on the 'msamp' FP8 "
+                "backend: MS-AMP trains an fp32 model (its FP8Linear keeps its own FP16 weights with a scale, "
+                "and LBAdam/LBAdamW step the other parameters without a master copy), under torch.autocast as in "
+                "its examples. Use base_precision 'bf16', 'fp16' or 'fp32', or backend='te' / 'native' for "
+                "16-bit weights."
+            )
         super()._check_recipe()
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        super().check_optimizer(optimizer)
         _check_adam(optimizer)
         if self._pairing.ready:
             raise NotImplementedError(
@@ -125,13 +149,14 @@ class MSAMPFP8(FP8Backend):
                 "(msamp.initialize is called once). Put the models in one nn.Module, or use backend='native'."
             )
         _check_one_process()
+        module = self.convert_base(module)
         report = plan_conversion(module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_fp8_linear)
         self._record_conversion(report)
         self._pairing.model = module
         return module
 
     def wrap_forward(self, forward: Forward) -> Forward:
-        return MSAMPForward(forward, self._pairing)
+        return MSAMPForward(forward, self.base, self._pairing)
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
         """Once the model and its optimizer are both prepared: msamp.initialize, then swap the optimizer."""
@@ -147,9 +172,12 @@ class MSAMPFP8(FP8Backend):
         old = pairing.wrapped.optimizer
         _check_owned(pairing.model, old)
         assert self.conversion_report is not None
-        pairing.wrapped.optimizer = _initialize(
-            _import_msamp(), pairing.model, old, self.recipe.optimization_level, self.conversion_report
-        )
+        with _current_cuda_device(self.device):  # MS-AMP moves its FP8Linear layers with .cuda()
+            pairing.wrapped.optimizer = _initialize(
+                _import_msamp(), pairing.model, old, self.recipe.optimization_level, self.conversion_report
+            )
+        self._scaled = _TensorParams(pairing.wrapped.optimizer)
+        self._scaling_params = [p for p in pairing.model.parameters() if not isinstance(p, torch.Tensor)]
         # The new optimizer shares the old one's param_group dicts, so an LR scheduler built on the old one
         # still sets the learning rate that steps. Mark the old one as stepped, as torch's scheduler hook
         # would, so that the scheduler does not warn that it is stepped before its optimizer.
@@ -160,10 +188,38 @@ class MSAMPFP8(FP8Backend):
         self.scaler.backward(loss, **kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        self.scaler.unscale_(optimizer)
+        """Unscale as MS-AMP does: torch's GradScaler for the torch.Tensor parameters (its check refuses
+        MS-AMP's ScalingParameters, which are not Tensors), and MS-AMP's replacement of
+        torch._amp_foreach_non_finite_check_and_unscale_ for theirs (it unscales their scale_inv and
+        checks their amax), into the same found-inf flags that decide the step."""
+        scaled = self._scaled
+        if scaled is None or not self.scaler.scaler.is_enabled():
+            self.scaler.unscale_(optimizer)
+            return
+        self.scaler.unscale_(scaled)  # type: ignore[arg-type]
+        grads = [p.grad for p in self._scaling_params if p.grad is not None]
+        if grads:
+            device = grads[0].device
+            found = self.scaler.scaler._found_inf_per_device(scaled)  # type: ignore[arg-type]
+            found_inf = found.setdefault(device, torch.zeros((), dtype=torch.float32, device=device))
+            inv_scale = self.scaler.scaler._scale.double().reciprocal().float().to(device)  # type: ignore[union-attr]
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+        scaled.unscaled = True
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        return self.scaler.step(optimizer, closure)
+        scaled = self._scaled
+        if scaled is None or not self.scaler.scaler.is_enabled():
+            return self.scaler.step(optimizer, closure)
+        if not scaled.unscaled:
+            self.unscale_(optimizer)
+        try:
+            return self.scaler.step(scaled, closure)  # type: ignore[arg-type]
+        finally:
+            scaled.unscaled = False
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """MS-AMP's own clip_grad_norm_, which handles its ScalingParameters' gradients."""
+        return _import_msamp().clip_grad_norm_(parameters, max_norm, norm_type=norm_type)  # type: ignore[no-any-return]
 
     def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """Weights in high precision: MS-AMP's scaled FP16 weights (ScalingTensor) are dequantized."""
@@ -177,6 +233,26 @@ class MSAMPFP8(FP8Backend):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.scaler.load_state_dict(state)
+
+
+class _TensorParams:
+    """MS-AMP's optimizer as torch's GradScaler may see it: the torch.Tensor parameters only
+    (`_unscale_grads_` asserts that every parameter is a Tensor); `step` steps the whole optimizer."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.param_groups = [
+            {"params": [p for p in group["params"] if isinstance(p, torch.Tensor)]} for group in optimizer.param_groups
+        ]
+        self.unscaled = False
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+
+def _current_cuda_device(device: torch.device) -> Any:
+    """`device` as torch.cuda's current device inside the block (where `.cuda()` puts a module), on CUDA."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _initialize(

@@ -22,11 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
+from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
+from accel.backends.fp8_base import FP8Forward
 from accel.backends.native_fp8 import Float8Config, Float8Linear, ScalerGroup, convert_linears, float8_layers
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
+from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.distributed import any_process, broadcast_from_first, ignore_in_ddp
 from accel.backends.native_fp8.levels import LEVELS
 from accel.backends.native_fp8.optimizer_state import StatePreserver
@@ -39,24 +41,24 @@ ROUNDING_SEED = 0x5EED
 run (whose replicas must stay equal) and every rerun draws the same bits."""
 
 
-class FP8TrainingForward(ForwardWrapper):
-    """Runs FP8 while the model trains; in eval mode high precision unless asked otherwise."""
+class FP8TrainingForward(FP8Forward):
+    """Runs FP8 while the model trains (in eval mode high precision unless asked), in the base precision."""
 
     __slots__ = ("_layers", "_fp8_in_eval", "_on")
 
-    def __init__(self, forward: Forward, layers: list[Float8Linear], fp8_in_eval: bool) -> None:
-        super().__init__(forward)
+    def __init__(self, forward: Forward, base: PrecisionBackend, layers: list[Float8Linear], fp8_in_eval: bool) -> None:
+        super().__init__(forward, base)
         self._layers = layers
         self._fp8_in_eval = fp8_in_eval
         self._on = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        want = self.__wrapped__.__self__.training or self._fp8_in_eval  # type: ignore[attr-defined]
+        want = self.module.training or self._fp8_in_eval
         if want is not self._on:
             for layer in self._layers:
                 layer.enabled = want
             self._on = want
-        return self.__wrapped__(*args, **kwargs)
+        return self._run(*args, **kwargs)
 
 
 @register_fp8_backend
@@ -74,6 +76,7 @@ class NativeFP8(FP8Backend):
             "optimization_level",
             "use_autocast_during_eval",
             "exclude_modules",
+            "fp8_params",
         }
     )
 
@@ -97,15 +100,23 @@ class NativeFP8(FP8Backend):
         self._groups: dict[int, CompactGroup] = {}
         self._generators: dict[str, torch.Generator] = {}
         self._state_preserver = StatePreserver(lambda param: id(param) in self._compact_by_id)
+        self._scaled = self.loss_scaler is not None and self.loss_scaler.scaler.is_enabled()
+        self._steppers: dict[int, _LevelStep] = {}
+        self._fp8_weights: list[FP8Weight] = []
+        """The FP8 weights of fp8_params, remade after each optimizer step that changed their masters."""
+        """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
 
     # ------------------------------------------------------------------ preparing
     def convert_module(self, module: nn.Module) -> nn.Module:
+        module = self.convert_base(module)
         report = convert_linears(module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer)
         self._record_conversion(report)
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})
         self._make_compact(module)
+        if self.recipe.fp8_params:
+            self._fp8_weights.extend(layer.keep_fp8_weight() for layer in float8_layers(module).values())
         return module
 
     def _make_layer(self, linear: nn.Linear) -> Float8Linear:
@@ -144,9 +155,10 @@ class NativeFP8(FP8Backend):
 
     def wrap_forward(self, forward: Forward) -> Forward:
         layers = list(float8_layers(forward.__self__).values())  # type: ignore[attr-defined]
-        return FP8TrainingForward(forward, layers, self.recipe.use_autocast_during_eval)
+        return FP8TrainingForward(forward, self.base, layers, self.recipe.use_autocast_during_eval)
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        super().check_optimizer(optimizer)
         self.level.check_optimizer(optimizer)
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
@@ -157,10 +169,13 @@ class NativeFP8(FP8Backend):
 
     # ------------------------------------------------------------------ the step
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Materialise the compact parameters' values and FP8 gradients in float32, for clipping."""
+        """Materialise the compact parameters' values and FP8 gradients in float32, for clipping;
+        with loss scaling (base_precision='fp16') also divide every gradient by the loss scale."""
         group = self._groups.get(id(optimizer))
         if group is not None:
             group.materialise()
+        if self._scaled:
+            self._unscale_scaled(optimizer, group)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         group = self._groups.get(id(optimizer))
@@ -172,23 +187,62 @@ class NativeFP8(FP8Backend):
                 "the gradients of FP8 layers are held in FP8 outside param.grad, where a closure's backward "
                 "cannot reach the optimizer. Call accelerator.backward(loss) and then optimizer.step()."
             )
-        nonfinite = self.scalers.found_nonfinite()
-        if group is not None:
-            nonfinite = nonfinite | group.found_nonfinite()  # type: ignore[operator]
-        overflow = bool(any_process(nonfinite))  # the one device sync of the step
+        if self._scaled:
+            return self._scaled_step(optimizer, group, closure)
+        overflow = bool(self._fp8_nonfinite(group))  # the one device sync of the step
         if overflow and group is not None:
             group.discard()
         elif group is not None:
             self.level.step(optimizer, group)
         elif not overflow:
             optimizer.step(closure) if closure is not None else optimizer.step()
-        self.scalers.update()
-        self.skipped_steps += overflow
+        self._after_step(stepped=not overflow)
         return not overflow
+
+    def _after_step(self, stepped: bool) -> None:
+        """Roll the amax histories; after a step that ran, the FP8 weights (fp8_params) are cast anew."""
+        self.scalers.update()
+        self.skipped_steps += not stepped
+        if stepped:
+            for fp8_weight in self._fp8_weights:
+                fp8_weight.invalidate()
+
+    def _fp8_nonfinite(self, group: CompactGroup | None) -> torch.Tensor:
+        """0-dim bool tensor, the same on every process: did an FP8 tensor or FP8 gradient hold inf/NaN?"""
+        nonfinite = self.scalers.found_nonfinite()
+        if group is not None and len(group):
+            nonfinite = nonfinite | group.found_nonfinite()  # type: ignore[operator]
+        return any_process(nonfinite)
+
+    def _unscale_scaled(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None) -> None:
+        """The loss scaler's unscale_, which also counts an FP8 inf/NaN as found, so that the scale backs off."""
+        assert self.loss_scaler is not None
+        stepper = self._steppers.setdefault(id(optimizer), _LevelStep(optimizer, group, self.level))
+        self.loss_scaler.unscale_(stepper)  # type: ignore[arg-type]
+        nonfinite = self._fp8_nonfinite(group)
+        for found in self.loss_scaler.scaler._found_inf_per_device(stepper).values():  # type: ignore[arg-type]
+            found.add_(nonfinite.to(found.dtype))
+        stepper.unscaled = True
+
+    def _scaled_step(
+        self, optimizer: torch.optim.Optimizer, group: CompactGroup | None, closure: Callable[[], Any] | None
+    ) -> bool:
+        """fp16 base: unscale (materialising FP8 gradients first), then the loss scaler steps the level or skips."""
+        assert self.loss_scaler is not None
+        stepper = self._steppers.setdefault(id(optimizer), _LevelStep(optimizer, group, self.level))
+        if not stepper.unscaled:
+            self.unscale_(optimizer)
+        stepper.group = group
+        stepped = self.loss_scaler.step(stepper, closure)  # type: ignore[arg-type]
+        stepper.unscaled = False
+        if not stepped and group is not None:
+            group.discard()
+        self._after_step(stepped)
+        return stepped
 
     # ------------------------------------------------------------------ reading and saving
     def stats(self) -> dict[str, float]:
-        return {"skipped_steps": self.skipped_steps}
+        return {**self.base.stats(), "skipped_steps": self.skipped_steps}
 
     def fp8_stats(self) -> dict[str, dict[str, float]]:
         """Per tensor of every FP8 layer, its last step's amax and scale (and over/underflow counts).
@@ -206,6 +260,7 @@ class NativeFP8(FP8Backend):
 
     def state_dict(self) -> dict[str, Any]:
         return {
+            **self.base_state_dict(),
             "scaling": self.scalers.state_dict(),
             "skipped_steps": self.skipped_steps,
             "rounding": {device: generator.get_state() for device, generator in self._generators.items()},
@@ -215,6 +270,7 @@ class NativeFP8(FP8Backend):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_base_state_dict(state)
         self.scalers.load_state_dict(state["scaling"])
         self.skipped_steps = int(state["skipped_steps"])
         for device, generator_state in state.get("rounding", {}).items():
@@ -230,6 +286,30 @@ class NativeFP8(FP8Backend):
 
     def teardown(self) -> None:
         self._state_preserver.remove()
+
+
+class _LevelStep:
+    """What torch's GradScaler unscales and steps for the native backend (base_precision='fp16').
+
+    It sees the optimizer's param_groups (the materialised FP8 gradients among them) and, when
+    no gradient held inf/NaN, its `step` runs the optimization level, as an unscaled step would.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None, level: Any) -> None:
+        self.optimizer = optimizer
+        self.group = group
+        self.level = level
+        self.unscaled = False
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    def step(self, closure: Callable[[], Any] | None = None) -> None:
+        if self.group is not None:
+            self.level.step(self.optimizer, self.group)
+        else:
+            self.optimizer.step(closure) if closure is not None else self.optimizer.step()
 
 
 def unmatched_pattern_message(pattern: str, report: ConversionReport) -> str:

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
 import torch
 from torch import nn
 
-from accel.backends.base import Forward, ForwardWrapper, WrappedOptimizer
+from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
+from accel.backends.fp8_base import FP8Forward
 from accel.backends.fp8_support import cuda_library_reason, library_version, module_present, too_old_reason
 from accel.backends.te_convert import (
     ParameterMap,
@@ -30,6 +31,7 @@ from accel.backends.te_convert import (
     layer_norm_summary,
     plan_linears,
 )
+from accel.backends.te_params import MasterWeights
 from accel.backends.te_recipe import DELAYED_ONLY, TEAutocast, build_recipe, recipe_support_reason
 from accel.kwargs_handlers import Handlers
 
@@ -42,19 +44,19 @@ INSTALL_TE = (
 )
 
 
-class TEForward(ForwardWrapper):
-    """The model's forward under TE's autocast: FP8 in training, and in eval mode when asked."""
+class TEForward(FP8Forward):
+    """The model's forward under TE's autocast (FP8 in training, in eval mode when asked), in the base precision."""
 
     __slots__ = ("_autocast", "_fp8_in_eval")
 
-    def __init__(self, forward: Forward, autocast: TEAutocast, fp8_in_eval: bool) -> None:
-        super().__init__(forward)
+    def __init__(self, forward: Forward, base: PrecisionBackend, autocast: TEAutocast, fp8_in_eval: bool) -> None:
+        super().__init__(forward, base)
         self._autocast = autocast
         self._fp8_in_eval = fp8_in_eval
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self._autocast(self.__wrapped__.__self__.training or self._fp8_in_eval):  # type: ignore[attr-defined]
-            return self.__wrapped__(*args, **kwargs)
+        with self._autocast(self.module.training or self._fp8_in_eval):
+            return self._run(*args, **kwargs)
 
 
 @register_fp8_backend
@@ -64,7 +66,8 @@ class TransformerEngineFP8(FP8Backend):
     library = "te"
     scalings = ("delayed", "current", "mxfp8", "block")
     honoured_fields = frozenset(
-        {"fp8_format", "margin", "amax_history_len", "amax_compute_algo", "use_autocast_during_eval", "exclude_modules"}
+        {"fp8_format", "margin", "amax_history_len", "amax_compute_algo", "use_autocast_during_eval", "exclude_modules",
+         "fp8_params"}
     )
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
@@ -79,6 +82,8 @@ class TransformerEngineFP8(FP8Backend):
         self.autocast_factory = TEAutocast(self.te, self.te_recipe, _process_group())
         self.layer_norm_report: ConversionReport | None = None
         self._params = ParameterMap()
+        self.master_weights = MasterWeights(self.te, self.te_recipe) if self.recipe.fp8_params else None
+        """fp8_params: the TE modules' FP8 weights and their masters, which the optimizer steps."""
 
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
@@ -100,26 +105,47 @@ class TransformerEngineFP8(FP8Backend):
         super()._check_recipe()
 
     def convert_module(self, module: nn.Module) -> nn.Module:
+        module = self.convert_base(module)
         exclude = self.recipe.exclude_modules
-        report = plan_linears(module, self.te, exclude)
+        report = plan_linears(module, self.te, exclude, self.scaling)
         self._record_conversion(report)  # raises, leaving the model as it was, when no Linear can run in FP8
-        convert_linears(module, self.te, report, self._params)
-        norms = convert_layer_norms(module, self.te, exclude, self._params)
+        convert_linears(module, self.te, report, self._params, self.master_weights, self.device)
+        norms = convert_layer_norms(module, self.te, exclude, self._params, self.device)
         self.layer_norm_report = norms
         logger.info(layer_norm_summary(norms))
         return module
 
     def wrap_forward(self, forward: Forward) -> Forward:
-        return TEForward(forward, self.autocast_factory, self.recipe.use_autocast_during_eval)
+        return TEForward(forward, self.base, self.autocast_factory, self.recipe.use_autocast_during_eval)
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
         """Optimizers built on the model before `prepare` now step the TE modules' Parameters."""
         for wrapped in optimizers:
             self._params.remap(wrapped.optimizer)
+            if self.master_weights is not None:
+                self.master_weights.remap(wrapped.optimizer)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.master_weights is not None:
+            self.master_weights.move_gradients()
+        super().unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
+        if self.master_weights is None:
+            return super().optimizer_step(optimizer, closure)
+        self.master_weights.move_gradients()
+        stepped = super().optimizer_step(optimizer, closure)
+        if stepped:
+            self.master_weights.refresh()
+        return stepped
 
     def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """Weights only, under the nn.Linear/nn.LayerNorm names; TE's pickled `_extra_state` is left out."""
-        return {name: value for name, value in model.state_dict().items() if not name.endswith("_extra_state")}
+        """Weights only, under the nn.Linear/nn.LayerNorm names (FP8 weights as their masters' values);
+        TE's pickled `_extra_state` is left out."""
+        state = {name: value for name, value in model.state_dict().items() if not name.endswith("_extra_state")}
+        if self.master_weights is not None:
+            state.update(self.master_weights.state_dict_values(model))
+        return state
 
 
 def _library_reason() -> str | None:

@@ -52,6 +52,9 @@ class CastInputsForward(ForwardWrapper):
 class TruePrecision(PrecisionBackend):
     """Weights and compute in `param_dtype`: the model is cast, floating inputs too."""
 
+    orphan_optimizer_is_error = True
+    """The optimizer updates the cast weights themselves: one over other (fp32) tensors trains nothing."""
+
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
         reason = slow_dtype_reason(device, self.compute_dtype)

@@ -8,10 +8,10 @@ import torch
 
 from accel.backends.amp import BF16Mixed, FP16Mixed
 from accel.backends.base import PrecisionBackend
-from accel.backends.fp8 import create_fp8_backend
+from accel.backends.fp8 import apply_precision_recipe, create_fp8_backend
 from accel.backends.full import DoublePrecision, FullPrecision
 from accel.backends.half import BF16True, HalfTrue
-from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
+from accel.backends.names import CANONICAL_PRECISIONS, canonical_precision, implied_recipe, resolve_precision
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 BackendFactory = Callable[[torch.device, Handlers], PrecisionBackend]
@@ -28,14 +28,31 @@ BACKENDS: dict[str, BackendFactory] = {
 assert set(BACKENDS) == set(CANONICAL_PRECISIONS), "every precision name needs a backend"
 
 PRECISION_SPECIFIC_HANDLERS = {
-    GradScalerKwargs: "mixed_precision='fp16' (the only precision with a loss scaler)",
+    GradScalerKwargs: (
+        "mixed_precision='fp16', or 'fp8' with FP8RecipeKwargs(base_precision='fp16') or backend='msamp' "
+        "(the precisions with a loss scaler)"
+    ),
     FP8RecipeKwargs: "mixed_precision='fp8'",
 }
 
 
 def create_backend(precision: str, device: torch.device, handlers: Handlers) -> PrecisionBackend:
-    """Build the backend for `precision` (any accepted spelling) on `device`."""
-    backend = BACKENDS[resolve_precision(precision)](device, handlers)
+    """Build the backend for `precision` (any accepted spelling) on `device`.
+
+    A name that implies FP8 recipe fields (Lightning's "transformer-engine", NeMo's
+    "bf16_with_fp8_mixed", ...) builds the FP8 backend with those fields in its recipe.
+    """
+    name = resolve_precision(precision)
+    implied = implied_recipe(name)
+    if not implied:
+        backend = BACKENDS[name](device, handlers)
+    else:
+        handlers = apply_precision_recipe(name, implied, handlers)
+        try:
+            backend = BACKENDS[canonical_precision(name)](device, handlers)
+        except (RuntimeError, ValueError) as error:
+            fields = ", ".join(f"{field}={value!r}" for field, value in implied.items())
+            raise type(error)(f"mixed_precision={name!r} (that is 'fp8' with FP8RecipeKwargs({fields})): {error}") from None
     _check_handlers_apply(backend, handlers)
     return backend
 

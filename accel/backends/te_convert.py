@@ -8,6 +8,7 @@ one replaces: optimizers built before `prepare` are re-pointed with `ParameterMa
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import weakref
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from accel.backends.conversion import (
     plan_conversion,
     replace_layers,
 )
+from accel.backends.te_params import MasterWeights
 
 NOT_AFFINE = "without affine weight or bias"
 MULTI_DIM = "over several dimensions"
@@ -44,6 +46,10 @@ class ParameterMap:
     def add(self, old: nn.Parameter | None, new: nn.Parameter | None) -> None:
         if old is not None and new is not None:
             self._entries[id(old)] = (weakref.ref(old), new)
+
+    def forget(self, old: nn.Parameter) -> None:
+        """Keep `old` in optimizers (it is not replaced after all)."""
+        self._entries.pop(id(old), None)
 
     def get(self, param: Any) -> Any:
         entry = self._entries.get(id(param))
@@ -63,18 +69,40 @@ class ParameterMap:
         return moved
 
 
-def plan_linears(model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...]) -> ConversionReport:
-    """accel's decision for every nn.Linear of `model` (a te.Linear counts as already converted)."""
-    return plan_conversion(model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear))
+MXFP8_ALIGNMENT = 32
+"""TE's MXFP8 scales blocks of 32 values: GEMM dimensions must be multiples of 32 (get_align_size_for_quantization)."""
 
 
-def convert_linears(model: nn.Module, te: ModuleType, report: ConversionReport, params: ParameterMap) -> None:
-    """Replace each nn.Linear `report` marks converted by a te.Linear with the same weights."""
-    replace_layers(model, report, lambda linear: _te_linear(te, linear, params))
+def plan_linears(
+    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed"
+) -> ConversionReport:
+    """accel's decision for every nn.Linear of `model` (a te.Linear counts as already converted).
+
+    With MXFP8 block scaling both dimensions must be multiples of 32, not 16.
+    """
+    mxfp8 = scaling == "mxfp8"
+    return plan_conversion(
+        model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear),
+        alignment=MXFP8_ALIGNMENT if mxfp8 else 16,
+        alignment_reason="TransformerEngine's MXFP8 scales blocks of 32 values" if mxfp8 else "",
+    )
+
+
+def convert_linears(
+    model: nn.Module, te: ModuleType, report: ConversionReport, params: ParameterMap, masters: MasterWeights | None,
+    device: torch.device,
+) -> None:
+    """Replace each nn.Linear `report` marks converted by a te.Linear with the same weights.
+
+    With `masters` (fp8_params) the te.Linear is built under TE's quantized_model_init and holds its
+    weight in FP8; the nn.Linear's weight Parameter becomes its master, which the optimizer keeps.
+    TE's modules are built on the training `device` (TE runs on CUDA only), wherever the model is.
+    """
+    replace_layers(model, report, lambda linear: _te_linear(te, linear, params, masters, device))
 
 
 def convert_layer_norms(
-    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], params: ParameterMap
+    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], params: ParameterMap, device: torch.device
 ) -> ConversionReport:
     """Replace each nn.LayerNorm TE can run by a te.LayerNorm with the same weights."""
     modules = dict(model.named_modules())
@@ -84,7 +112,7 @@ def convert_layer_norms(
         if isinstance(module, (nn.LayerNorm, te.LayerNorm))
     )
     report = ConversionReport(decisions)
-    replace_layers(model, report, lambda norm: _te_layer_norm(te, norm, params))
+    replace_layers(model, report, lambda norm: _te_layer_norm(te, norm, params, device))
     return report
 
 
@@ -127,23 +155,29 @@ def _decide_norm(name: str, norm: Any, patterns: tuple[str, ...], converted: boo
 
 
 @torch.no_grad()
-def _te_linear(te: ModuleType, linear: nn.Linear, params: ParameterMap) -> nn.Module:
+def _te_linear(
+    te: ModuleType, linear: nn.Linear, params: ParameterMap, masters: MasterWeights | None, device: torch.device
+) -> nn.Module:
     weight = linear.weight
-    layer = te.Linear(
-        linear.in_features,
-        linear.out_features,
-        bias=linear.bias is not None,
-        params_dtype=weight.dtype,
-        device=weight.device,
-    )
+    with masters.init_context() if masters is not None else contextlib.nullcontext():
+        layer = te.Linear(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            params_dtype=weight.dtype,
+            device=device,
+        )
     _copy_parameters(linear, layer, params)
+    if masters is not None:
+        params.forget(weight)  # the optimizer keeps stepping the nn.Linear's weight: the master
+        masters.add(layer, layer.weight, weight)
     return layer
 
 
 @torch.no_grad()
-def _te_layer_norm(te: ModuleType, norm: Any, params: ParameterMap) -> nn.Module:
+def _te_layer_norm(te: ModuleType, norm: Any, params: ParameterMap, device: torch.device) -> nn.Module:
     weight = norm.weight
-    layer = te.LayerNorm(norm.normalized_shape[0], eps=norm.eps, params_dtype=weight.dtype, device=weight.device)
+    layer = te.LayerNorm(norm.normalized_shape[0], eps=norm.eps, params_dtype=weight.dtype, device=device)
     _copy_parameters(norm, layer, params)
     return layer
 

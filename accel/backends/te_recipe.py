@@ -7,6 +7,7 @@ so only fields accel has checked are passed, by name, to the recipe class that u
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +34,14 @@ ADDED_IN: dict[str, str] = {
 DELAYED_ONLY: tuple[str, ...] = ("margin", "amax_history_len", "amax_compute_algo")
 """Recipe fields only DelayedScaling has: the other recipes scale from the current tensor or block."""
 
-_AVAILABILITY_PROBES = {"mxfp8": "is_mxfp8_available", "block": "is_fp8_block_scaling_available"}
+_AVAILABILITY_PROBES = {
+    "delayed": ("is_fp8_available", "check_fp8_support"),
+    "current": ("is_fp8_available", "check_fp8_support"),
+    "mxfp8": ("is_mxfp8_available", "check_mxfp8_support"),
+    "block": ("is_fp8_block_scaling_available", "check_fp8_block_scaling_support"),
+}
+"""scaling -> (TE >= 2.9's te.is_*_available(return_reason=True), older TE's transformer_engine.pytorch.fp8
+check_*_support()); both answer (supported, reason), as TE's own autocast checks the recipe."""
 
 
 def build_recipe(recipe_module: ModuleType, recipe: FP8RecipeKwargs, scaling: str) -> Any:
@@ -58,30 +66,37 @@ def build_recipe(recipe_module: ModuleType, recipe: FP8RecipeKwargs, scaling: st
 
 
 def recipe_support_reason(te: ModuleType, scaling: str, device: torch.device) -> str | None:
-    """Why this GPU cannot run `scaling` (block-scaled recipes need newer GPUs), or None."""
-    probe_name = _AVAILABILITY_PROBES.get(scaling)
-    if probe_name is None:
-        return None  # delayed and current need what every TE FP8 recipe needs: checked by availability()
-    probe = getattr(te, probe_name, None)
+    """Why this GPU cannot run `scaling`, or None: TE's own answer where the installed TE gives one
+    (te.is_*_available from 2.9, transformer_engine.pytorch.fp8.check_*_support before), else TE's
+    documented rules."""
+    available, check = _AVAILABILITY_PROBES[scaling]
+    probe = getattr(te, available, None)
     if probe is not None:
         supported, reason = probe(return_reason=True)
-        return None if supported else f"TransformerEngine says: {reason}"
-    return _capability_reason(scaling, device)
+    else:
+        legacy = getattr(sys.modules.get(f"{te.__name__}.fp8"), check, None)
+        if legacy is None:
+            return _capability_reason(scaling, device)
+        supported, reason = legacy()
+    return None if supported else f"TransformerEngine says: {reason}"
 
 
 def _capability_reason(scaling: str, device: torch.device) -> str | None:
-    """TE's documented rules, for TE versions without the is_*_available helpers."""
+    """TE's documented rules (TE 2.3-2.8's check_*_support), for a TE that answers none itself."""
+    if scaling in ("delayed", "current") and device.type != "cuda":
+        return None  # availability() has given the reason already
     capability = torch.cuda.get_device_capability(device)
     shown = f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}"
+    cuda = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])
+    if scaling in ("delayed", "current") and capability < (9, 0) and cuda < (12, 1):
+        return f"FP8 on Ada (compute capability 8.9) needs CUDA 12.1 or newer (and cuBLASLt 12.1.3); CUDA {torch.version.cuda}"
     if scaling == "mxfp8" and not (10, 0) <= capability < (12, 0):
         return f"MXFP8 block scaling needs a Blackwell data-centre GPU (compute capability 10.x); {shown}"
-    if scaling == "block":
-        cuda = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])
-        if capability < (9, 0) or cuda < (12, 9):
-            return (
-                f"FP8 block scaling needs compute capability 9.0 or newer and CUDA 12.9 or newer; {shown}, "
-                f"CUDA {torch.version.cuda}"
-            )
+    if scaling == "block" and (not (9, 0) <= capability < (10, 0) or cuda < (12, 9)):
+        return (
+            f"FP8 block scaling needs a Hopper GPU (compute capability 9.x) and CUDA 12.9 or newer; {shown}, "
+            f"CUDA {torch.version.cuda}"
+        )
     return None
 
 

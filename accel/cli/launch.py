@@ -19,6 +19,7 @@ from accel.cli.config_file import active_config
 from accel.cli.errors import CliError
 from accel.cli.launch_plan import plan_launch
 from accel.cli.processes import exit_status, failure_line, run_child, script_command, torchrun_command
+from accel.environment import check_setting_values
 from accel.settings import ALL_SETTINGS, FP8_SETTINGS, TOP_LEVEL_SETTINGS
 
 COMMAND = "accel launch"
@@ -57,6 +58,10 @@ def launch(
     report_failure: bool = True,
 ) -> int:
     """Plan and start the processes for `target` ([script, *args]); the script's exit status."""
+    try:
+        check_setting_values()
+    except ValueError as error:
+        raise CliError(str(error)) from None
     if not module:
         _check_script(target[0])
     config = active_config(config_flag, COMMAND)

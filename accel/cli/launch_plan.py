@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from accel.backends.names import reads_fp8_recipe
 from accel.cli.config_file import ConfigFile
 from accel.cli.errors import CliError, warn
 from accel.settings import (
@@ -66,7 +67,7 @@ def _merge(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[s
     """Flags over the config file; recipe values only when the precision in force reads them."""
     values = {**config.values, **flags}
     precision = values.get(MIXED_PRECISION.name, MIXED_PRECISION.default)
-    if precision == RECIPE_PRECISION:
+    if reads_fp8_recipe(precision):
         return values
     refuse_recipe_flags(flags, precision)
     recipe_keys = [s.yaml_path for s in FP8_SETTINGS if s.name in config.values]
@@ -78,7 +79,7 @@ def _merge(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[s
 def refuse_recipe_flags(flags: Mapping[str, Any], precision: str) -> None:
     """Refuse --fp8_* flags for a precision other than fp8: nothing would read them."""
     recipe_flags = [s.flags[0] for s in FP8_SETTINGS if s.name in flags]
-    if recipe_flags and precision != RECIPE_PRECISION:
+    if recipe_flags and not reads_fp8_recipe(precision):
         raise CliError(
             f"conflicting flags: {', '.join(recipe_flags)} set the FP8 recipe, which only mixed_precision "
             f"{RECIPE_PRECISION!r} reads, but mixed_precision is {precision!r}; add --mixed_precision fp8 or drop them"

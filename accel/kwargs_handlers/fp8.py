@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from accel._validation import check_bool, check_choice, check_int
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
 
@@ -10,6 +12,9 @@ FP8_FORMATS = ("HYBRID", "E4M3")
 AMAX_COMPUTE_ALGOS = ("max", "most_recent")
 SCALINGS = ("delayed", "current", "rowwise", "rowwise_with_gw_hp", "mxfp8", "block")
 OPTIMIZATION_LEVELS = ("O1", "O2")
+BASE_PRECISIONS = ("bf16", "fp16", "fp32", "bf16-true", "16-true")
+"""What runs outside the FP8 GEMMs: bf16/fp16 mixed (fp32 weights, torch.autocast; fp16 with a loss
+scaler), fp32, or true 16-bit weights (Lightning's "transformer-engine" / "-float16")."""
 
 ACCELERATE_SPELLINGS = {
     "opt_level": "optimization_level",
@@ -46,6 +51,12 @@ class FP8RecipeKwargs(KwargsHandler):
     """Run FP8 in eval mode too (by default evaluation runs in high precision)."""
     exclude_modules: tuple[str, ...] = ()
     """fnmatch patterns of qualified module names kept in high precision."""
+    base_precision: str = "bf16"
+    """What runs outside the FP8 GEMMs: bf16 (mixed, as Accelerate and NeMo), fp16 (mixed, with a loss
+    scaler), fp32, or bf16-true / 16-true (16-bit weights, as Lightning's transformer-engine)."""
+    fp8_params: bool = False
+    """Store the converted layers' weights in FP8, the high-precision master copy with the optimizer
+    (NeMo's fp8_params, TransformerEngine's fp8_model_init / quantized_model_init)."""
 
     def __post_init__(self) -> None:
         self._normalise("backend", check_choice("FP8RecipeKwargs.backend", self.backend, FP8_BACKENDS))
@@ -64,6 +75,15 @@ class FP8RecipeKwargs(KwargsHandler):
         )
         check_bool("FP8RecipeKwargs.use_autocast_during_eval", self.use_autocast_during_eval)
         self._normalise("exclude_modules", _check_patterns(self.exclude_modules))
+        self._normalise(
+            "base_precision", check_choice("FP8RecipeKwargs.base_precision", self.base_precision, BASE_PRECISIONS)
+        )
+        check_bool("FP8RecipeKwargs.fp8_params", self.fp8_params)
+
+    def with_fields(self, **fields: object) -> FP8RecipeKwargs:
+        """This recipe with `fields` set as if the caller had given them (they join `explicit_fields`)."""
+        given = {name: getattr(self, name) for name in self.explicit_fields}
+        return FP8RecipeKwargs(**{**given, **fields})
 
     def _normalise(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -91,3 +111,47 @@ def _check_patterns(value: object) -> tuple[str, ...]:
             "(fnmatch patterns of qualified module names, such as 'lm_head' or 'blocks.*.attn.*')."
         )
     return tuple(value)
+
+
+# Accelerate's TERecipeKwargs/FP8RecipeKwargs fields that are not accel fields: mapped where they
+# mean something here, refused with the reason where they do not (never silently dropped).
+def _accelerate_te_fields(kwargs: dict[str, object]) -> dict[str, object]:
+    """`kwargs` with Accelerate's `use_mxfp8_block_scaling`, `interval` and `override_linear_precision` resolved."""
+    kwargs = dict(kwargs)
+    if "use_mxfp8_block_scaling" in kwargs:
+        mxfp8 = check_bool("FP8RecipeKwargs.use_mxfp8_block_scaling", kwargs.pop("use_mxfp8_block_scaling"))
+        if mxfp8 and kwargs.get("scaling", "mxfp8") not in ("mxfp8", None):
+            raise ValueError(
+                f"FP8RecipeKwargs(use_mxfp8_block_scaling=True, scaling={kwargs['scaling']!r}) asks for two "
+                "scalings; use_mxfp8_block_scaling=True is Accelerate's spelling of scaling='mxfp8'. Give one."
+            )
+        if mxfp8:
+            kwargs["scaling"] = "mxfp8"
+    if "interval" in kwargs and kwargs.pop("interval") != 1:
+        raise ValueError(
+            "FP8RecipeKwargs(interval=...) other than 1 cannot run: TransformerEngine never used DelayedScaling's "
+            "interval in PyTorch (TE issue #805) and removed it in 2.2; scales are updated after every step. "
+            "Remove interval (1 is what runs)."
+        )
+    if "override_linear_precision" in kwargs:
+        override = kwargs.pop("override_linear_precision")
+        if not isinstance(override, (tuple, list)) or len(override) != 3 or any(map(bool, override)):
+            raise ValueError(
+                f"FP8RecipeKwargs(override_linear_precision={override!r}) cannot run: TransformerEngine removed it "
+                "in 2.0 (it kept the forward, input-gradient or weight-gradient GEMM in high precision for all "
+                "layers). Only (False, False, False) is accepted; keep whole layers in high precision with "
+                "exclude_modules, or use backend='ao' with scaling='rowwise_with_gw_hp' for a high-precision "
+                "weight-gradient GEMM."
+            )
+    return kwargs
+
+
+_decorated_init = FP8RecipeKwargs.__init__
+
+
+@functools.wraps(_decorated_init)
+def _init_with_accelerate_fields(self: FP8RecipeKwargs, **kwargs: object) -> None:
+    _decorated_init(self, **_accelerate_te_fields(kwargs))
+
+
+FP8RecipeKwargs.__init__ = _init_with_accelerate_fields  # type: ignore[method-assign]

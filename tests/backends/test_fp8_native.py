@@ -42,6 +42,8 @@ def data(seed: int = 0, batch: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fp8(**recipe: Any) -> Accelerator:
+    """The native backend; FP8 numerics are compared with fp32, so the base is fp32 unless a test says otherwise."""
+    recipe.setdefault("base_precision", "fp32")
     return Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="native", **recipe)])
 
 

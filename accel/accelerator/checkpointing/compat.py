@@ -36,7 +36,7 @@ def fp8_setup(accelerator: Accelerator) -> dict[str, Any] | None:
     precision = accelerator.precision
     if FP8RecipeKwargs not in precision.handler_types:
         return None
-    recipe = accelerator.handlers.get(FP8RecipeKwargs)
+    recipe = getattr(precision, "recipe", None) or accelerator.handlers.get(FP8RecipeKwargs)
     fields = json.loads(json.dumps(dataclasses.asdict(recipe)))
     fields["scaling"] = getattr(precision, "scaling", None) or recipe.scaling
     return {"backend": str(getattr(precision, "library", None) or recipe.backend), "recipe": fields}

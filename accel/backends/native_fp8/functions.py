@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from accel.backends.native_fp8.compact import CompactLayer
+from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.gemm import as_mat2, gemm, operand, weight_gradient
 from accel.backends.native_fp8.scaling import TensorScaler
 
@@ -33,11 +34,15 @@ class Float8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scalers: Scalers,
-        out_dtype: torch.dtype, compact: CompactLayer | None,
+        out_dtype: torch.dtype, compact: CompactLayer | None, fp8_weight: FP8Weight | None = None,
     ) -> torch.Tensor:
         input_scaler, weight_scaler, grad_scaler = scalers
         x_q, x_inv = input_scaler.quantize(x)
-        w_q, w_inv = weight_scaler.quantize(weight, None if compact is None else compact.weight.storage.data_scale_inv)
+        weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
+        if fp8_weight is None:
+            w_q, w_inv = weight_scaler.quantize(weight, weight_scale_inv)
+        else:
+            w_q, w_inv = fp8_weight.get(weight, weight_scaler, weight_scale_inv)
         x_op, w_op = operand(x_q), operand(w_q)
         y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
         if bias is not None:
@@ -66,7 +71,7 @@ class Float8LinearFunction(torch.autograd.Function):
             elif need_w:
                 grad_w = weight_gradient(g_op, x_op, g_inv, x_inv, ctx.weight_dtype)
         grad_b = _bias_gradient(grad_y, compact, ctx.bias_dtype) if need_b else None
-        return grad_x, grad_w, grad_b, None, None, None
+        return grad_x, grad_w, grad_b, None, None, None, None
 
 
 def _bias_gradient(grad_y: torch.Tensor, compact: CompactLayer | None, dtype: torch.dtype) -> torch.Tensor | None:

@@ -24,6 +24,7 @@ from torch import nn
 
 from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.formats import format_dtypes
+from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.functions import CompactLinearFunction, Float8LinearFunction
 from accel.backends.native_fp8.gemm import as_mat2, pad_rows, scaled_mm, weight_gradient
 from accel.backends.native_fp8.scaling import TensorScaler, check_scaling_args
@@ -135,6 +136,8 @@ class Float8Linear(nn.Linear):
         self.enabled = True
         self.compact: CompactLayer | None = None
         """O1/O2 storage (16-bit weights, FP8 gradients), once :meth:`make_compact` was called."""
+        self.fp8_weight: FP8Weight | None = None
+        """The weight in FP8 between optimizer steps (fp8_params), once :meth:`keep_fp8_weight` was called."""
         forward_dtype, grad_dtype = format_dtypes(config.fp8_format)
         device = self.weight.device
         self.input_scaler = config.make_scaler(forward_dtype, device)
@@ -150,6 +153,16 @@ class Float8Linear(nn.Linear):
         if self.compact is None:
             self.compact = CompactLayer(self.weight, self.bias)
         return self.compact
+
+    def keep_fp8_weight(self) -> FP8Weight:
+        """Keep the weight in FP8 between changes of the master (fp8_params); idempotent.
+
+        Whoever changes the weight Parameter (the optimizer step) must call
+        ``self.fp8_weight.invalidate()``; loading a state dict and moving the layer do it here.
+        """
+        if self.fp8_weight is None:
+            self.fp8_weight = FP8Weight()
+        return self.fp8_weight
 
     def to_linear(self) -> nn.Linear:
         """The high-precision layer, holding this layer's current Parameters.
@@ -188,19 +201,27 @@ class Float8Linear(nn.Linear):
                 return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact)  # type: ignore[no-untyped-call]
             return F.linear(x, self.weight, self.bias)
         device_type = x.device.type
-        if torch.is_autocast_enabled(device_type):
-            out_dtype = torch.get_autocast_dtype(device_type)
-        else:
-            out_dtype = x.dtype
         scalers = (self.input_scaler, self.weight_scaler, self.grad_scaler)
-        y: torch.Tensor = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
-            x.reshape(-1, self.in_features), self.weight, self.bias, scalers, out_dtype, self.compact
-        )
+        x2 = x.reshape(-1, self.in_features)
+        if torch.is_autocast_enabled(device_type):
+            # The FP8 GEMMs are done as they are (autocast must not cast their fp32 scales or
+            # operands), and y comes out in the autocast dtype, as nn.Linear's would.
+            with torch.autocast(device_type, enabled=False):
+                y: torch.Tensor = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
+                    x2, self.weight, self.bias, scalers, torch.get_autocast_dtype(device_type), self.compact,
+                    self.fp8_weight,
+                )
+        else:
+            y = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
+                x2, self.weight, self.bias, scalers, x.dtype, self.compact, self.fp8_weight
+            )
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Float8Linear:
         # Scalers follow the weight's device but keep their own dtypes (fp32/bool/int64).
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        if self.fp8_weight is not None:
+            self.fp8_weight.invalidate()
         for scaler in (self.input_scaler, self.weight_scaler, self.grad_scaler):
             scaler.to(self.weight.device)
         if self.compact is not None:
@@ -225,7 +246,10 @@ class Float8Linear(nn.Linear):
                 if isinstance(value, torch.Tensor) and value.shape == part.param.shape:
                     state_dict[prefix + name] = part.storage.load(value)
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[no-untyped-call]
+        if self.fp8_weight is not None:
+            self.fp8_weight.invalidate()
 
     def extra_repr(self) -> str:
         storage = ", storage=float16+fp8 gradients" if self.compact is not None else ""
+        storage += ", fp8 weight" if self.fp8_weight is not None else ""
         return f"{super().extra_repr()}, config={self.config}, enabled={self.enabled}{storage}"

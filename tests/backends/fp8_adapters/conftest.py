@@ -7,6 +7,14 @@ source: TE 2.x `transformer_engine/pytorch/quantization.py`, `common/recipe/__in
 the real API does not take, compute what the real modules compute (in fp32, on the CPU), and
 record every call. Unlike the real pydantic recipes, which silently ignore unknown keywords,
 the stand-in recipes raise on them, so a test fails if accel passes a field TE would drop.
+
+The TE stand-in checks what TE checks where accel meets it: GEMM input dims under FP8 autocast
+(tokens % 8 and width % 16; % 32 both with MXFP8), the recipe against the GPU's is_*_available answers
+when autocast opens, FP8 weights under quantized_model_init / fp8_model_init (2.9+ / older). Differences
+left, and why: it computes in fp32 on the CPU (no CUDA here); no `_graph` argument and no amax
+reduction (one process); FP8 weights are a Parameter holding E4M3-representable values rather than a
+Float8Tensor (what accel reads and writes, quantize_/copy_/grad, behaves the same). MS-AMP: see
+msamp_standin.py.
 """
 
 from __future__ import annotations
@@ -14,10 +22,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib.machinery
+import importlib.util
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +40,20 @@ import accel.backends.fp8 as fp8
 import accel.backends.fp8_ao as fp8_ao
 import accel.backends.fp8_msamp as fp8_msamp
 import accel.backends.fp8_te as fp8_te
+
+
+
+def _load_standin() -> types.ModuleType:
+    """msamp_standin.py beside this file (tests are imported with --import-mode=importlib: no package here)."""
+    spec = importlib.util.spec_from_file_location("accel_tests_msamp_standin", Path(__file__).with_name("msamp_standin.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+standin = _load_standin()
 
 Calls = list[tuple[str, dict[str, Any]]]
 
@@ -111,6 +136,10 @@ class TEState:
     calls: Calls = field(default_factory=list)
     active: list[tuple[bool, Any]] = field(default_factory=list)
     forwards: list[tuple[str, bool, Any]] = field(default_factory=list)
+    probes: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    """The is_*_available answers of this GPU (TE's autocast refuses a recipe the GPU cannot run)."""
+    fp8_init: list[Any] = field(default_factory=list)
+    """The recipes of the open quantized_model_init / fp8_model_init regions (modules built there get FP8 weights)."""
 
     def autocast_calls(self) -> Calls:
         return [c for c in self.calls if c[0] in ("autocast", "fp8_autocast")]
@@ -133,14 +162,18 @@ def _te_linear(state: TEState) -> type:
                                            "params_dtype": params_dtype, "device": device}))
             dtype = params_dtype or torch.get_default_dtype()
             self.in_features, self.out_features = in_features, out_features
-            self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+            weight_class = Float8Param if state.fp8_init else nn.Parameter
+            self.weight = weight_class(torch.empty(out_features, in_features, dtype=dtype, device=device))
             if bias:
                 self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device))
             else:  # TE sets an empty plain tensor, not None
                 self.bias = torch.Tensor().to(dtype=dtype, device=device)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            state.forwards.append(("Linear", *(state.active[-1] if state.active else (False, None))))
+            enabled, recipe = state.active[-1] if state.active else (False, None)
+            state.forwards.append(("Linear", enabled, recipe))
+            if enabled:
+                _check_fp8_dims(x, recipe)
             return F.linear(x, self.weight, self.bias if self.bias.numel() else None)
 
         def get_extra_state(self) -> torch.Tensor:
@@ -150,6 +183,18 @@ def _te_linear(state: TEState) -> type:
             pass
 
     return Linear
+
+
+def _check_fp8_dims(x: torch.Tensor, recipe: Any) -> None:
+    """TE's assert_dim_for_fp8_exec: the GEMM input's leading dims (tokens) a multiple of 8 and its width
+    of 16; MXFP8 scales blocks of 32 values, so there both must be multiples of 32."""
+    tokens, width = x.numel() // x.shape[-1], x.shape[-1]
+    multiples = (32, 32) if type(recipe).__name__ == "MXFP8BlockScaling" else (8, 16)
+    if tokens % multiples[0] or width % multiples[1]:
+        raise AssertionError(
+            f"FP8 execution requires 2D input matrices with height divisible by {multiples[0]} and width divisible "
+            f"by {multiples[1]}, but got tensor with dims={list(x.reshape(-1, width).shape)}"
+        )
 
 
 def _te_layer_norm(state: TEState) -> type:
@@ -175,12 +220,61 @@ def _te_layer_norm(state: TEState) -> type:
     return LayerNorm
 
 
+class Float8Param(nn.Parameter):
+    """TE's Float8Tensor weight of a module built under quantized_model_init: only values E4M3 can hold
+    (with a per-tensor scale) exist. Copying a high-precision tensor in quantizes it, as TE's does."""
+
+    def quantize_(self, tensor: torch.Tensor, *, noop_flag: Any = None) -> Float8Param:
+        with torch.no_grad():
+            amax = tensor.abs().max().float().clamp(min=1e-12)
+            scale = 448.0 / amax
+            torch.Tensor.copy_(self, ((tensor.float() * scale).to(torch.float8_e4m3fn).float() / scale).to(self.dtype))
+        return self
+
+    def copy_(self, src: torch.Tensor, non_blocking: bool = False) -> Float8Param:  # type: ignore[override]
+        return self.quantize_(src)
+
+
+def _model_inits(state: TEState, generation: str) -> dict[str, Callable[..., Any]]:
+    """te.quantized_model_init (TE >= 2.9) and te.fp8_model_init (2.0+, deprecated from 2.9), real keywords."""
+
+    @contextlib.contextmanager
+    def region(name: str, enabled: bool, recipe: Any, **rest: Any) -> Iterator[None]:
+        state.calls.append((name, {"enabled": enabled, "recipe": recipe, **rest}))
+        if enabled:
+            state.fp8_init.append(recipe)
+        try:
+            yield
+        finally:
+            if enabled:
+                state.fp8_init.pop()
+
+    def quantized_model_init(enabled: bool = True, recipe: Any = None, preserve_high_precision_init_val: bool = False
+                             ) -> Any:
+        return region("quantized_model_init", enabled, recipe)
+
+    def fp8_model_init(enabled: bool = True, recipe: Any = None, preserve_high_precision_init_val: bool = False) -> Any:
+        if generation == "autocast":
+            warnings.warn("fp8_model_init is deprecated and will be removed in a future release.", DeprecationWarning)
+        return region("fp8_model_init", enabled, recipe)
+
+    if generation == "autocast":
+        return {"quantized_model_init": quantized_model_init, "fp8_model_init": fp8_model_init}
+    return {"fp8_model_init": fp8_model_init}
+
+
+_RECIPE_PROBES = {"MXFP8BlockScaling": "is_mxfp8_available", "Float8BlockScaling": "is_fp8_block_scaling_available"}
+
+
 def _autocasts(state: TEState, generation: str) -> dict[str, Callable[..., Any]]:
     """te.autocast (TE >= 2.9) and te.fp8_autocast, with their real keyword names."""
 
     @contextlib.contextmanager
     def region(name: str, enabled: bool, recipe: Any, **rest: Any) -> Iterator[None]:
         state.calls.append((name, {"enabled": enabled, "recipe": recipe, **rest}))
+        probe = state.probes.get(_RECIPE_PROBES.get(type(recipe).__name__, ""))
+        if enabled and probe is not None and not probe[0]:  # TE's check_recipe_support on entering autocast
+            raise AssertionError(probe[1])
         state.active.append((enabled, recipe))
         try:
             yield
@@ -209,7 +303,7 @@ class FakeTE:
     def install(self, generation: str = "autocast", version: str = "2.10.0", recipes: tuple[str, ...] | None = None,
                 probes: dict[str, tuple[bool, str]] | None = None) -> types.ModuleType:
         """generation 'autocast' (TE >= 2.9) or 'fp8_autocast' (older); probes: is_*_available answers."""
-        self.state = TEState()
+        self.state = TEState(probes=dict(probes or {}))
         classes = _recipe_classes(self.state.calls)
         if recipes is not None:
             classes = {name: cls for name, cls in classes.items() if name in recipes}
@@ -217,7 +311,7 @@ class FakeTE:
         common = _module("transformer_engine.common", recipe=recipe)
         pytorch = _module("transformer_engine.pytorch", Linear=_te_linear(self.state),
                           LayerNorm=_te_layer_norm(self.state),
-                          **_autocasts(self.state, generation))
+                          **_autocasts(self.state, generation), **_model_inits(self.state, generation))
         for probe, answer in (probes or {}).items():
             setattr(pytorch, probe, _probe(answer))
         root = _module("transformer_engine", __version__=version, common=common, pytorch=pytorch)
@@ -243,64 +337,27 @@ def fake_te(monkeypatch: pytest.MonkeyPatch) -> FakeTE:
 
 
 # ----------------------------------------------------------------------------- MS-AMP
-def _msamp_optimizers() -> tuple[type, type]:
-    """LBAdamW and LBAdam with MS-AMP's constructor signatures (no decoupled_weight_decay, foreach...)."""
-
-    class LBAdamW(torch.optim.AdamW):
-        def __init__(self, params: Any, lr: float = 1e-3, bias_correction: bool = True, betas: Any = (0.9, 0.999),
-                     eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                     exp_avg_dtype: torch.dtype = torch.uint8, exp_avg_sq_dtype: torch.dtype = torch.float16,
-                     tensor_scale: bool = True) -> None:
-            if amsgrad:
-                raise ValueError("Only amsgrad=False is supported for now.")
-            super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize)
-            self.exp_avg_dtype, self.exp_avg_sq_dtype = exp_avg_dtype, exp_avg_sq_dtype
-            self.use_adam = False
-
-    class LBAdam(LBAdamW):
-        def __init__(self, params: Any, lr: float = 1e-3, betas: Any = (0.9, 0.999), eps: float = 1e-8,
-                     weight_decay: float = 0, amsgrad: bool = False, maximize: bool = False, *args: Any,
-                     **kwargs: Any) -> None:
-            super().__init__(params, lr, True, betas, eps, weight_decay, amsgrad, *args, maximize=maximize, **kwargs)
-            self.use_adam = True
-
-    for cls in (LBAdamW, LBAdam):
-        cls.__module__ = "msamp.optim"
-    return LBAdamW, LBAdam
-
-
-class FP8Linear(nn.Module):
-    """msamp.nn.FP8Linear: its own Parameters, the same product (fp32 here)."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = nn.Parameter(linear.weight.detach().clone())
-        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-
-FP8Linear.__module__ = "msamp.nn"
-
-
 class FakeMSAMP:
-    """Installs a stand-in `msamp` whose initialize() behaves like MS-AMP 0.4's (isinstance order included)."""
+    """Installs the stand-in `msamp` (msamp_standin.py), whose initialize() behaves like MS-AMP 0.4's, and
+    MS-AMP's replacement of torch._amp_foreach_non_finite_check_and_unscale_."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self._monkeypatch = monkeypatch
         self.calls: Calls = []
+        self.current_device: Any = None
+        """The device torch.cuda.current_device() would give inside initialize (FP8Linear(...).cuda() goes there)."""
 
     def install(self, version: str = "0.4.0") -> types.ModuleType:
-        lb_adamw, lb_adam = _msamp_optimizers()
-        module = _module("msamp", __version__=version, initialize=self._initialize, LBAdamW=lb_adamw, LBAdam=lb_adam)
-        self._classes = (lb_adamw, lb_adam)
+        module = _module("msamp", __version__=version, initialize=self._initialize, LBAdamW=standin.LBAdamW,
+                         LBAdam=standin.LBAdam, clip_grad_norm_=standin.clip_grad_norm_)
         self._monkeypatch.setitem(sys.modules, "msamp", module)
+        self._monkeypatch.setattr(torch, "_amp_foreach_non_finite_check_and_unscale_",
+                                  standin.grad_check_and_unscale(torch._amp_foreach_non_finite_check_and_unscale_))
         return module
 
     def _initialize(self, model: nn.Module, optimizer: Any = None, opt_level: str = "O1", use_te: bool = False) -> Any:
-        self.calls.append(("initialize", {"model": model, "optimizer": optimizer, "opt_level": opt_level}))
+        self.calls.append(("initialize", {"model": model, "optimizer": optimizer, "opt_level": opt_level,
+                                          "current_device": self.current_device}))
         if opt_level not in ("O1", "O2"):
             raise ValueError(f"Invalid optimization level. Please choose from ['O1', 'O2']")
         if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
@@ -315,15 +372,14 @@ class FakeMSAMP:
         defaults = dict(optimizer.defaults)
         for key in ("foreach", "capturable", "differentiable", "fused"):
             defaults.pop(key, None)
-        lb_adamw, lb_adam = self._classes
-        cls = lb_adam if isinstance(optimizer, torch.optim.Adam) else lb_adamw  # MS-AMP tests Adam first
-        return model, cls(optimizer.param_groups, **defaults)
+        cls = standin.LBAdam if isinstance(optimizer, torch.optim.Adam) else standin.LBAdamW  # Adam tested first
+        return model, cls(optimizer.param_groups, **defaults, **standin.state_dtypes(opt_level))
 
 
 def _replace_linears(module: nn.Module) -> None:
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear) and not getattr(child, "use_fp32_linear", False):
-            setattr(module, name, FP8Linear(child))
+            setattr(module, name, standin.FP8Linear(child))
         else:
             _replace_linears(child)
 

@@ -18,6 +18,8 @@ from torchao.float8.float8_linear import Float8Linear  # noqa: E402
 
 
 def ao_accelerator(**recipe: object) -> Accelerator:
+    """The ao backend; FP8 numerics are compared with fp32, so the base is fp32 unless a test says otherwise."""
+    recipe.setdefault("base_precision", "fp32")
     return Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="ao", **recipe)])
 
 
@@ -193,3 +195,27 @@ def _copy(layer: nn.Linear) -> nn.Linear:
     twin = nn.Linear(layer.in_features, layer.out_features)
     twin.load_state_dict(layer.state_dict())
     return twin
+
+
+def test_a_token_count_that_is_not_a_multiple_of_16_trains_under_cudas_scaled_mm_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA's _scaled_mm needs the contracted dimension to be a multiple of 16; for the weight gradient that
+    is the token count, which a last partial batch breaks. The CPU kernel does not check, so this stand-in
+    of the CUDA rule wraps it. accel turns on torchao's pad_inner_dim (as Accelerate does)."""
+    real = torch._scaled_mm
+
+    def cuda_rule(a: torch.Tensor, b: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if a.shape[1] % 16 or b.shape[0] % 16 or b.shape[1] % 16:
+            raise RuntimeError(f"mat dims must be divisible by 16, got {tuple(a.shape)} @ {tuple(b.shape)}")
+        return real(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", cuda_rule)
+    accelerator = ao_accelerator()
+    model, optimizer = prepared(accelerator)
+    x = torch.randn(5, 32)  # 5 tokens
+    loss = nn.functional.mse_loss(model(x), x[:, :3])
+    accelerator.backward(loss)  # raised "mat dims must be divisible by 16" before pad_inner_dim
+    optimizer.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert accelerator.precision.ao_config.pad_inner_dim

@@ -15,6 +15,7 @@ from accel.kwargs_handlers import KwargsHandler
 
 def msamp_accelerator(*handlers: KwargsHandler, **recipe: Any) -> Accelerator:
     recipe.setdefault("use_autocast_during_eval", True)
+    recipe.setdefault("base_precision", "fp32")  # the stand-in computes in fp32; base-precision tests say otherwise
     return Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="msamp", **recipe), *handlers])
 
 
@@ -91,11 +92,12 @@ def test_a_step_with_inf_gradients_is_skipped_and_the_scale_lowered(msamp: Any) 
     accelerator = msamp_accelerator()
     model = make_model()
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
-    before = [p.detach().clone() for p in model.parameters()]
+    before = accelerator.get_state_dict(model)  # MS-AMP's FP8 weights are ScalingParameters, not Tensors
     accelerator.backward(model(torch.full((4, 16), float("inf"))).sum())
     optimizer.step()
     assert accelerator.optimizer_step_was_skipped
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    after = accelerator.get_state_dict(model)
+    assert all(torch.equal(before[name], after[name]) for name in before)
     assert accelerator.step_stats == {"loss_scale": 32768.0, "skipped_steps": 1}
 
 
@@ -209,5 +211,91 @@ def test_a_second_optimizer_raises(msamp: Any) -> None:
     accelerator = msamp_accelerator()
     model = make_model()
     accelerator.prepare(model, torch.optim.Adam(model.parameters()))
+    tensors = [p for p in model.parameters() if isinstance(p, torch.Tensor)]  # torch refuses ScalingParameters
     with pytest.raises(NotImplementedError, match="has already converted the model with its optimizer"):
-        accelerator.prepare(torch.optim.Adam(model.parameters()))
+        accelerator.prepare(torch.optim.Adam(tensors))
+
+
+# ----------------------------------------------------------------------------- MS-AMP's ScalingParameters
+def test_fp8_weights_are_scaling_parameters_and_a_loss_scaled_step_unscales_them(msamp: Any) -> None:
+    """torch's GradScaler asserts on MS-AMP's non-Tensor weights (`expected param to be torch.Tensor`);
+    accel unscales those as MS-AMP does, and the step matches one without loss scaling."""
+    results = {}
+    for init_scale in (1.0, 4096.0):
+        accelerator = msamp_accelerator(GradScalerKwargs(init_scale=init_scale))
+        model = make_model()
+        model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+        weight = model[0]._parameters["weight"]
+        assert not isinstance(weight, torch.Tensor) and type(weight).__name__ == "ScalingParameter"
+        torch.manual_seed(1)
+        accelerator.backward(nn.functional.mse_loss(model(torch.randn(8, 16)), torch.randn(8, 3)))
+        accelerator.unscale_gradients()
+        results[init_scale] = (weight.grad.float().clone(), model[0].bias.grad.clone())
+        optimizer.step()
+        assert not accelerator.optimizer_step_was_skipped
+    for unscaled, scaled in zip(results[1.0], results[4096.0]):
+        torch.testing.assert_close(scaled, unscaled, rtol=0.07, atol=1e-6)  # FP8 gradients: E4M3 rounding
+
+
+def test_an_inf_in_an_fp8_weight_gradient_skips_the_step(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    before = accelerator.get_state_dict(model)
+    accelerator.backward(model(torch.randn(4, 16)).sum())
+    model[0]._parameters["weight"].grad.meta.amax.fill_(float("inf"))  # only the FP8 gradient overflowed
+    optimizer.step()
+    assert accelerator.optimizer_step_was_skipped and accelerator.step_stats["skipped_steps"] == 1
+    after = accelerator.get_state_dict(model)
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_clipping_uses_ms_amps_clip_grad_norm(msamp: Any) -> None:
+    accelerator = msamp_accelerator()
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    accelerator.backward(model(torch.randn(4, 16)).sum())
+    accelerator.unscale_gradients()
+    grads = [p.grad.float() if not isinstance(p, torch.Tensor) else p.grad for p in model.parameters()]
+    expected = torch.norm(torch.stack([g.norm() for g in grads]))
+    norm = accelerator.precision.clip_grad_norm_(model.parameters(), 1e-3)
+    torch.testing.assert_close(norm, expected)
+    clipped = [p.grad.float() if not isinstance(p, torch.Tensor) else p.grad for p in model.parameters()]
+    torch.testing.assert_close(torch.norm(torch.stack([g.norm() for g in clipped])), torch.tensor(1e-3), rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize(("level", "exp_avg_sq"), [("O1", torch.float32), ("O2", torch.float16)])
+def test_initialize_builds_the_optimizer_state_dtypes_of_its_level(msamp: Any, level: str, exp_avg_sq: Any) -> None:
+    accelerator = msamp_accelerator(optimization_level=level)
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    assert optimizer.optimizer.exp_avg_sq_dtype == exp_avg_sq
+    assert optimizer.optimizer.exp_avg_dtype == (torch.uint8 if level == "O2" else torch.float32)
+
+
+def test_ms_amps_layers_go_to_the_training_device(fake_msamp: Any, fp8_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MS-AMP's LinearReplacer calls `.cuda()`, which means torch's *current* CUDA device: accel makes it the
+    training device while msamp.initialize runs."""
+    import contextlib
+
+    from accel.backends.fp8_msamp import MSAMPFP8
+    from accel.kwargs_handlers.handlers import Handlers
+
+    fake_msamp.install()
+
+    @contextlib.contextmanager
+    def current(device: Any) -> Any:
+        previous, fake_msamp.current_device = fake_msamp.current_device, torch.device(device)
+        try:
+            yield
+        finally:
+            fake_msamp.current_device = previous
+
+    monkeypatch.setattr(torch.cuda, "device", current)
+    recipe = FP8RecipeKwargs(backend="msamp", base_precision="fp32", use_autocast_during_eval=True)
+    with pytest.warns(UserWarning, match="CUDA is not available"):  # torch's GradScaler on this CPU-only torch
+        backend = MSAMPFP8(torch.device("cuda", 1), Handlers({FP8RecipeKwargs: recipe}))
+    model = backend.convert_module(make_model())
+    wrapped = type("Wrapped", (), {"optimizer": torch.optim.AdamW(model.parameters())})()
+    backend.after_prepare([model], [wrapped])
+    assert fake_msamp.calls[-1][1]["current_device"] == torch.device("cuda", 1)

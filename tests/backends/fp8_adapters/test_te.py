@@ -35,6 +35,8 @@ class Net(nn.Module):
 
 
 def te_accelerator(**recipe: object) -> Accelerator:
+    """The te backend; the stand-in computes in fp32, so the base is fp32 unless a test says otherwise."""
+    recipe.setdefault("base_precision", "fp32")
     return Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(backend="te", **recipe)])
 
 
@@ -102,12 +104,42 @@ def test_block_scaling_without_te_probe_uses_the_documented_rule(fake_te: Any, f
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA L4")
     monkeypatch.setattr(torch.version, "cuda", "12.4")
-    with pytest.raises(ValueError, match="block scaling needs compute capability 9.0.*NVIDIA L4.*CUDA 12.4"):
+    with pytest.raises(ValueError, match=r"block scaling needs a Hopper GPU \(compute capability 9.x\).*NVIDIA L4.*CUDA 12.4"):
+        te_accelerator(scaling="block")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))  # TE < 2.9: Hopper only
+    monkeypatch.setattr(torch.version, "cuda", "12.9")
+    with pytest.raises(ValueError, match="block scaling needs a Hopper GPU.*compute capability 10.0"):
         te_accelerator(scaling="block")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(torch.version, "cuda", "12.9")
     te_accelerator(scaling="block")
     assert [c[0] for c in fake_te.state.calls if c[0].endswith("Scaling")] == ["Float8BlockScaling"]
+
+
+def test_te_before_2_9_answers_with_its_own_check_support(fake_te: Any, fp8_gpu: Any, monkeypatch: Any) -> None:
+    """TE 2.0-2.8 have no te.is_*_available but transformer_engine.pytorch.fp8.check_*_support(): accel asks
+    those (TE's Ada rule included: CUDA >= 12.1 and cuBLASLt >= 12.1.3) before its own rules."""
+    import sys
+    import types
+
+    fake_te.install(generation="fp8_autocast", version="2.5.0")
+    fp8_module = types.ModuleType("transformer_engine.pytorch.fp8")
+    fp8_module.check_fp8_support = lambda: (False, "CublasLt version 12.1.3.x or higher required for FP8 execution on Ada.")
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch.fp8", fp8_module)
+    with pytest.raises(ValueError, match="TransformerEngine says: CublasLt version 12.1.3"):
+        te_accelerator()
+
+
+def test_ada_without_cuda_12_1_is_refused_by_the_documented_rule(fake_te: Any, fp8_gpu: Any, monkeypatch: Any) -> None:
+    fake_te.install(generation="fp8_autocast", version="2.5.0")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA L4")
+    monkeypatch.setattr(torch.version, "cuda", "12.0")
+    from accel.kwargs_handlers.handlers import Handlers
+
+    recipe = FP8RecipeKwargs(backend="te", base_precision="fp32")
+    with pytest.raises(ValueError, match=r"FP8 on Ada .*needs CUDA 12.1 or newer .*CUDA 12.0"):
+        TransformerEngineFP8(torch.device("cuda"), Handlers({FP8RecipeKwargs: recipe}))
+
 
 
 def test_recipe_missing_from_an_old_te_raises_naming_the_version(fake_te: Any, fp8_gpu: Any) -> None:
@@ -274,3 +306,43 @@ def test_autocast_passes_the_process_group_in_each_api_generation(api: str, reci
     TEAutocast(te, recipe, group)(True)  # type: ignore[arg-type]
     TEAutocast(te, recipe)(False)  # type: ignore[arg-type]
     assert calls == [{"enabled": True, recipe_key: recipe, group_key: group}, {"enabled": False, recipe_key: recipe}]
+
+
+def test_mxfp8_converts_only_layers_whose_dims_are_multiples_of_32(fake_te: Any, fp8_gpu: Any) -> None:
+    """TE's MXFP8 scales blocks of 32 values: a 48-wide Linear (fine for FP8's 16) stays high precision,
+    and the report says why; the stand-in TE refuses MXFP8 GEMMs on other widths as TE does."""
+    fake_te.install(probes={"is_mxfp8_available": (True, "")})
+    accelerator = te_accelerator(scaling="mxfp8")
+    model = accelerator.prepare(nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 64), nn.Linear(64, 64)))
+    report = accelerator.precision.conversion_report
+    assert [d.name for d in report.converted] == ["3"]
+    assert report.summary() == "FP8: converted 1 of 3 Linear layers (skipped: 2 not a multiple of 32)"
+    assert "out_features 48 is not a multiple of 32 (TransformerEngine's MXFP8 scales blocks of 32 values)" in str(report)
+    model(torch.randn(32, 64)).sum().backward()
+    with pytest.raises(AssertionError, match="height divisible by 32"):
+        model(torch.randn(16, 64))  # TE's own runtime rule on tokens, for the user to pad
+
+
+def test_stand_in_autocast_refuses_a_recipe_the_gpu_cannot_run(fake_te: Any, fp8_gpu: Any) -> None:
+    te_module = fake_te.install(probes={"is_mxfp8_available": (False, "MXFP8 needs compute capability 10.0")})
+    recipe = _stand_in_recipe("MXFP8BlockScaling")
+    with pytest.raises(AssertionError, match="MXFP8 needs compute capability 10.0"):
+        with te_module.autocast(enabled=True, recipe=recipe):
+            pass
+
+
+def _stand_in_recipe(name: str) -> Any:
+    import sys
+
+    return getattr(sys.modules["transformer_engine.common.recipe"], name)()
+
+
+def test_te_modules_are_built_on_the_training_device_wherever_the_model_is(te: Any) -> None:
+    """With device_placement=False the model may still be on the CPU: TE's modules (CUDA only) are built on
+    the training device all the same. Here the 'training device' is meta, the model on the CPU."""
+    from accel.kwargs_handlers.handlers import Handlers
+
+    backend = TransformerEngineFP8(torch.device("meta"), Handlers({FP8RecipeKwargs: FP8RecipeKwargs(base_precision="fp32")}))
+    model = backend.convert_module(Net())
+    assert {c[1]["device"] for c in te.state.calls if c[0] in ("Linear", "LayerNorm")} == {torch.device("meta")}
+    assert model.up.weight.device.type == "meta"

@@ -299,3 +299,30 @@ def test_small_mlp_trains_in_fp8() -> None:
             scaler.update()
         losses.append(loss.item())
     assert losses[-1] < 0.3 * losses[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_under_autocast_the_fp8_gemm_is_not_autocast_and_y_has_the_autocast_dtype(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An FP8 base precision runs the model under autocast: the FP8 product must reach torch._scaled_mm (or
+    the CPU product) as it is, with its fp32 scales, and give y in the autocast dtype, as nn.Linear does."""
+    import accel.backends.native_fp8.gemm as gemm
+
+    seen: list[bool] = []
+    real_mm = gemm.cpu_mm
+
+    def recording_mm(*args: object) -> torch.Tensor:
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return real_mm(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gemm, "cpu_mm", recording_mm)
+    _, fp8 = pair(bias=False, scaling="current")
+    x = torch.randn(16, 64)
+    plain = fp8(x).detach()
+    with torch.autocast("cpu", dtype=dtype):
+        y = fp8(x)
+    assert y.dtype == dtype and seen == [False, False]
+    torch.testing.assert_close(y.detach(), plain.to(dtype), rtol=0, atol=0)
+    y.float().sum().backward()
+    assert seen[2:] == [False] and fp8.weight.grad is not None and fp8.weight.grad.dtype == torch.float32
