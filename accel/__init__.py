@@ -15,10 +15,18 @@ from accel._warnings import PrecisionWarning
 if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy names
     from accel.accelerator import Accelerator as Accelerator
     from accel.accelerator.checkpointing import ProjectConfiguration as ProjectConfiguration
+    from accel.accelerator.configs import DataLoaderConfiguration as DataLoaderConfiguration
+    from accel.accelerator.configs import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.accelerator.memory import find_executable_batch_size as find_executable_batch_size
+    from accel.accelerator.partial_state import AcceleratorState as AcceleratorState
+    from accel.accelerator.partial_state import PartialState as PartialState
+    from accel.accelerator.skipping import skip_first_batches as skip_first_batches
+    from accel.accelerator.types import DistributedType as DistributedType
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import FP8RecipeKwargs as FP8RecipeKwargs
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
+    from accel.backends.loss_scaler import LossScaleOverflowError as LossScaleOverflowError
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
 
 _EXPORTS = {
@@ -28,7 +36,15 @@ _EXPORTS = {
     "FP8RecipeKwargs": "accel.kwargs_handlers",
     "GradScalerKwargs": "accel.kwargs_handlers",
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
+    "LossScaleOverflowError": "accel.backends.loss_scaler",
     "ProjectConfiguration": "accel.accelerator.checkpointing",
+    "AcceleratorState": "accel.accelerator.partial_state",
+    "DataLoaderConfiguration": "accel.accelerator.configs",
+    "DistributedType": "accel.accelerator.types",
+    "GradientAccumulationPlugin": "accel.accelerator.configs",
+    "PartialState": "accel.accelerator.partial_state",
+    "find_executable_batch_size": "accel.accelerator.memory",
+    "skip_first_batches": "accel.accelerator.skipping",
 }
 
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]

@@ -16,18 +16,20 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool, check_int
-from accel.accelerator import checkpointing, distributed
+from accel.accelerator import checkpointing, distributed, prepare_checks
 from accel.accelerator import model as model_utils
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.gradient_state import GradientState
 from accel.accelerator.io import save_weights
 from accel.accelerator.optimizer import AcceleratedOptimizer
 from accel.accelerator.processes import ProcessMixin
+from accel.accelerator.tracking import TrackingMixin
 from accel.accelerator.scheduler import AcceleratedScheduler
 from accel.accelerator.state import ProcessState
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
+from accel.environment import check_environment
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -37,10 +39,11 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     collect_handlers,
 )
+from accel.tracking.selection import LogWith
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting, fp8_recipe_from_env
 
 
-class Accelerator(ProcessMixin):
+class Accelerator(TrackingMixin, ProcessMixin):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
@@ -60,7 +63,9 @@ class Accelerator(ProcessMixin):
         step_scheduler_with_optimizer: bool = True,
         project_dir: str | Path | None = None,
         project_config: checkpointing.ProjectConfiguration | None = None,
+        log_with: LogWith | Sequence[LogWith] | None = None,
     ) -> None:
+        check_environment()
         self.handlers = _with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
         precision = _setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
         steps = _setting(GRADIENT_ACCUMULATION_STEPS, gradient_accumulation_steps, _positive_int)
@@ -72,8 +77,7 @@ class Accelerator(ProcessMixin):
         self.step_scheduler_with_optimizer = check_bool("step_scheduler_with_optimizer", step_scheduler_with_optimizer)
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
         self.project_dir = self.project_configuration.project_dir
-        self.save_iteration = 0
-        """The number the next save_state() gets (checkpoint_<n>); load_state() continues it."""
+        self._setup_tracking(log_with)
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -87,6 +91,15 @@ class Accelerator(ProcessMixin):
     def device(self) -> torch.device:
         """The device this process trains on."""
         return self.state.device
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next save_state() gets (checkpoint_<n>); load_state() continues it."""
+        return self.project_configuration.iteration
+
+    @save_iteration.setter
+    def save_iteration(self, value: int) -> None:
+        self.project_configuration.iteration = value
 
     @property
     def mixed_precision(self) -> str:
@@ -139,7 +152,9 @@ class Accelerator(ProcessMixin):
                 if accepts(obj):
                     result[index] = prepare(obj)
         self.precision.after_prepare(self._models, self._optimizers)
-        self._warn_about_orphan_optimizers()
+        prepare_checks.check_orphan_optimizers(
+            self._models, self._optimizers, self.precision, self._orphan_optimizers_warned
+        )
         return result[0] if len(result) == 1 else tuple(result)
 
     def _preparers(self) -> list[tuple[Callable[[Any], bool], Callable[[Any], Any]]]:
@@ -162,9 +177,15 @@ class Accelerator(ProcessMixin):
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
-        """Wrap `optimizer` so that it steps through the precision and honours accumulation."""
+        """Wrap `optimizer` so that it steps through the precision and honours accumulation.
+
+        The same optimizer prepared twice (in one call or two) gets the same wrapper.
+        """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        existing = prepare_checks.existing_wrapper(self._optimizers, optimizer)
+        if existing is not None:
+            return existing
         self.precision.check_optimizer(optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._optimizers.append(wrapped)
@@ -183,24 +204,6 @@ class Accelerator(ProcessMixin):
         wrapped = PreparedDataLoader(loader, self.device, self.gradient_state, self.device_placement, self.state)
         self._dataloaders.append(wrapped)
         return wrapped
-
-    def _warn_about_orphan_optimizers(self) -> None:
-        """Warn once per optimizer none of whose parameters belongs to a prepared model."""
-        if not self._models:
-            return
-        owned = {id(p) for model in self._models for p in model.parameters()}
-        for optimizer in self._optimizers:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            if id(optimizer) in self._orphan_optimizers_warned or any(id(p) in owned for p in params):
-                continue
-            self._orphan_optimizers_warned.add(id(optimizer))
-            warnings.warn(
-                f"prepare: none of the {len(params)} parameters of {type(optimizer.optimizer).__name__} belongs to a "
-                "prepared model, so its steps will not train what you prepared. Build the optimizer from the "
-                "parameters of the model you pass to prepare() (not of a copy).",
-                UserWarning,
-                stacklevel=3,
-            )
 
     # ----------------------------------------------------------------- training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -251,7 +254,7 @@ class Accelerator(ProcessMixin):
         if not self.gradient_state.sync_gradients:
             return None
         self.unscale_gradients()
-        return nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return self.precision.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor] | torch.Tensor, clip_value: float) -> None:
         """Clip each gradient to [-clip_value, clip_value] (after unscaling), on sync micro-batches."""
@@ -313,6 +316,7 @@ class Accelerator(ProcessMixin):
     def end_training(self) -> None:
         """Release what the precision set up; with several processes, wait for all of them and leave
         the process group (a later Accelerator in this process creates a new one)."""
+        self._finish_trackers()
         self.precision.teardown()
         if self.state.distributed:
             self.wait_for_everyone()
@@ -355,9 +359,6 @@ def _with_environment_recipe(handlers: Handlers) -> Handlers:
             stacklevel=3,
         )
     return handlers.with_environment(recipe)
-
-
-
 
 
 def _positive_int(argument: str, value: Any) -> int:

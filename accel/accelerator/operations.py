@@ -7,9 +7,12 @@ With several processes:
   becomes a vector of one value per process). Processes may hold different lengths along the
   first dimension; every other dimension, and the structure, must match. One small all-gather of
   the shapes comes first, so that a mismatch raises on every process instead of corrupting data.
-* `reduce` sums (or averages) each tensor over the processes, into a new tensor.
+* `reduce` sums, averages, or takes the maximum or minimum of each tensor over the processes,
+  into a new tensor.
 * `gather_for_metrics` is `gather` without the padding of an epoch's last batch.
-* `broadcast_object` and `gather_objects` move picklable Python objects.
+* `broadcast` copies one process's tensors (a nested structure) into every process's.
+* `broadcast_object`, `broadcast_object_list`, `gather_objects` and `gather_object` move
+  picklable Python objects. (`pad_across_processes` lives in padding.py.)
 
 Tensors that the backend cannot move (CPU tensors with nccl) travel through the process's device
 and come back where they were.
@@ -26,7 +29,8 @@ import torch.distributed as dist
 from accel._tree import map_tensors
 from accel.accelerator.state import ProcessState
 
-REDUCTIONS = ("sum", "mean", "none")
+REDUCTIONS = ("sum", "mean", "max", "min", "none")
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 Keep = int | list[int] | None
 """Which rows of a gathered last batch are real samples: the first n, these positions, or all (None)."""
@@ -66,7 +70,8 @@ def gather(data: Any, state: ProcessState) -> Any:
 
 
 def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
-    """Each tensor summed (`sum`) or averaged (`mean`) over the processes; `none` returns the input."""
+    """Each tensor summed (`sum`), averaged (`mean`), or its elementwise maximum (`max`) or minimum
+    (`min`) over the processes; `none` returns the input. (Accelerate's `none` sums, and it has no `min`.)"""
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduce(reduction={reduction!r}) is not accepted; use one of {', '.join(REDUCTIONS)}.")
     if not state.distributed or reduction == "none":
@@ -76,7 +81,7 @@ def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
     results = []
     for tensor in leaves:
         total = _to_comm(tensor, state).clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        dist.all_reduce(total, op=_REDUCE_OPS[reduction])
         total = total / state.num_processes if reduction == "mean" else total
         results.append(total.to(tensor.device))
     return rebuild(data, results)
@@ -122,6 +127,19 @@ def gather_objects(obj: Any, state: ProcessState) -> list[Any]:
     return gathered
 
 
+def gather_object(obj: Any, state: ProcessState) -> list[Any]:
+    """Accelerate's `gather_object`: the lists (or tuples) of every process concatenated into one
+    list in process order; any other object gives a list of one object per process.
+
+    (Accelerate concatenates whatever each process passes, so a dict gives its keys and an int
+    fails; in one process it returns the object itself.)
+    """
+    parts = gather_objects(obj, state)
+    if isinstance(obj, (list, tuple)):
+        return [item for part in parts for item in part]
+    return parts
+
+
 def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> Any:
     """`from_process`'s object, on every process."""
     if not state.distributed:
@@ -131,15 +149,32 @@ def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> An
     return holder[0]
 
 
-def broadcast(tensor: torch.Tensor, state: ProcessState, from_process: int = 0) -> torch.Tensor:
-    """`from_process`'s values of `tensor`, written into `tensor` on every process (same shape and dtype)."""
+def broadcast_object_list(objects: list[Any], state: ProcessState, from_process: int = 0) -> list[Any]:
+    """Replace, in place, the items of `objects` by `from_process`'s; returns `objects`. Every process
+    passes a list of the same length (Accelerate's meaning)."""
+    if not isinstance(objects, list):
+        raise TypeError(
+            f"broadcast_object_list takes a list (filled in place), not {type(objects).__name__}; wrap the object "
+            "in a list, or use broadcast_object."
+        )
+    if state.distributed:
+        dist.broadcast_object_list(objects, src=from_process)
+    return objects
+
+
+def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
+    """`from_process`'s values of every tensor in `data` (a tensor or a nested tuple/list/dict of them),
+    written into those tensors on every process (same structure, shapes and dtypes); returns `data`."""
     if not state.distributed:
-        return tensor
-    moved = _to_comm(tensor, state)
-    dist.broadcast(moved, src=from_process)
-    if moved is not tensor:
-        tensor.copy_(moved)
-    return tensor
+        return data
+    leaves = tensors_of(data)
+    _check_tensor_data(data, leaves, "broadcast")
+    for tensor in leaves:
+        moved = _to_comm(tensor, state)
+        dist.broadcast(moved, src=from_process)
+        if moved is not tensor:
+            tensor.copy_(moved)
+    return data
 
 
 def barrier(state: ProcessState) -> None:
@@ -206,11 +241,18 @@ def _check_shapes(everyone: list[list[tuple[int, ...]]]) -> None:
                 )
 
 
+_FOR_OBJECTS = {
+    "gather": "gather_object or gather_for_metrics(..., use_gather_object=True)",
+    "broadcast": "broadcast_object_list",
+}
+
+
 def _check_tensor_data(data: Any, leaves: list[torch.Tensor], operation: str) -> None:
     if not leaves:
+        instead = _FOR_OBJECTS.get(operation, "gather_object")
         raise TypeError(
             f"{operation} got {type(data).__name__} with no tensor in it; it takes a tensor or a nested "
-            "tuple/list/dict of tensors (use gather_for_metrics(..., use_gather_object=True) for other objects)."
+            f"tuple/list/dict of tensors (use {instead} for other objects)."
         )
 
 

@@ -7,6 +7,7 @@ turns configuration into arguments before they get here.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
@@ -23,6 +24,10 @@ class KwargsHandler:
     """Base class: `to_kwargs()`, `explicit_fields` and accepted alias spellings."""
 
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field and its value, deep-copied (Accelerate's `to_dict`)."""
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def to_kwargs(self) -> dict[str, Any]:
         """The fields whose value differs from the class default (Accelerate's meaning)."""

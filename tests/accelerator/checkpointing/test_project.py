@@ -32,17 +32,48 @@ def _accelerator(project: Path, total_limit: int | None = None, weight: float = 
 # ----------------------------------------------------------------------------- configuration
 
 
-def test_project_configuration_is_exported_frozen_and_keyword_only(tmp_path: Path) -> None:
+def test_project_configuration_has_accelerates_fields_and_checks_every_assignment(tmp_path: Path) -> None:
     config = ProjectConfiguration(project_dir=str(tmp_path), total_limit=3)
     assert config.project_dir == tmp_path
+    assert config.logging_dir == tmp_path  # Accelerate: logging_dir defaults to project_dir
     assert config.checkpoints_dir == tmp_path / "checkpoints"
-    assert config.automatic_checkpoint_naming is True
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        config.total_limit = 5  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        ProjectConfiguration(str(tmp_path))  # type: ignore[misc]
+    assert (config.automatic_checkpoint_naming, config.iteration, config.save_on_each_node) == (True, 0, False)
+    config.iteration = 5  # Accelerate scripts set it after resuming
+    assert config.iteration == 5
+    with pytest.raises(ValueError, match=r"iteration=-1 is not accepted: give an int >= 0"):
+        config.iteration = -1
+    with pytest.raises(ValueError, match=r"total_limit=0 is not accepted"):
+        config.total_limit = 0
+    assert (config.iteration, config.total_limit) == (5, 3)  # a refused value leaves the field as it was
+    assert ProjectConfiguration(str(tmp_path), "logs").logging_dir == Path("logs")  # Accelerate's field order
     with pytest.raises(TypeError, match="unexpected keyword argument 'total_limits'"):
         ProjectConfiguration(total_limits=3)  # type: ignore[call-arg]
+
+
+def test_set_directories_fills_logging_dir_only_when_unset(tmp_path: Path) -> None:
+    config = ProjectConfiguration(logging_dir=tmp_path / "logs")
+    config.set_directories(tmp_path)
+    assert (config.project_dir, config.logging_dir) == (tmp_path, tmp_path / "logs")
+    bare = ProjectConfiguration()
+    assert (bare.project_dir, bare.logging_dir) == (None, None)
+    bare.set_directories(str(tmp_path / "p"))
+    assert (bare.project_dir, bare.logging_dir) == (tmp_path / "p", tmp_path / "p")
+
+
+def test_save_on_each_node_is_refused_only_on_several_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ProjectConfiguration(save_on_each_node=True).save_on_each_node is True  # one machine: the same thing
+    for name, value in {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"save_on_each_node=True is not supported: this run spans several machines"):
+        ProjectConfiguration(save_on_each_node=True)
+    assert ProjectConfiguration(save_on_each_node=False).save_on_each_node is False
+
+
+def test_the_accelerator_keeps_the_configuration_it_was_given(tmp_path: Path) -> None:
+    config = ProjectConfiguration(total_limit=2)
+    accelerator = Accelerator(project_dir=tmp_path, project_config=config)
+    assert accelerator.project_configuration is config
+    assert (config.project_dir, config.logging_dir) == (tmp_path, tmp_path)
 
 
 @pytest.mark.parametrize("value", [0, -1, "3", 2.5, True])
@@ -57,6 +88,10 @@ def test_other_fields_are_checked() -> None:
         ProjectConfiguration(project_dir=5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ProjectConfiguration.project_dir='' is not accepted"):
         ProjectConfiguration(project_dir="")
+    with pytest.raises(TypeError, match="ProjectConfiguration.logging_dir=3 is not accepted"):
+        ProjectConfiguration(logging_dir=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="save_on_each_node=1 must be True or False"):
+        ProjectConfiguration(save_on_each_node=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="automatic_checkpoint_naming='yes' must be True or False"):
         ProjectConfiguration(automatic_checkpoint_naming="yes")  # type: ignore[arg-type]
 

@@ -82,5 +82,5 @@ def test_one_process_has_no_process_group_and_collectives_return_their_input() -
     accelerator.wait_for_everyone()
     with accelerator.main_process_first():
         pass
-    with pytest.raises(ValueError, match=r"reduce\(reduction='max'\) is not accepted"):
-        accelerator.reduce(data, "max")
+    with pytest.raises(ValueError, match=r"reduce\(reduction='median'\) is not accepted"):
+        accelerator.reduce(data, "median")

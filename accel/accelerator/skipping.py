@@ -1,0 +1,108 @@
+"""`skip_first_batches`: a dataloader that leaves out the first batches of each pass (to resume mid-epoch).
+
+Accelerate's meaning: the result yields, on every pass, the batches of the original from
+number `num_batches` on, and its `len()` is shorter by `num_batches`. Scripts use it for the
+first epoch after resuming and the original dataloader afterwards.
+
+* A plain `torch.utils.data.DataLoader` over a map-style dataset gives a new DataLoader with the
+  same settings whose batch sampler drops the first batches, so the skipped samples are never
+  loaded. Over an IterableDataset, a DataLoader that reads and drops them.
+* An object with its own `skip_first_batches(num_batches)` method (accel's prepared dataloader)
+  decides itself, so that the skip agrees with the position a checkpoint restored.
+* Any other iterable with a length: an iterable that reads and drops the first batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
+
+_LOADER_SETTINGS = (
+    "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
+    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
+)
+"""DataLoader settings carried over to the new loader (the sampling ones are replaced)."""
+
+
+def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+    """A dataloader like `dataloader` without its first `num_batches` batches (see the module docstring)."""
+    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+        raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) is not accepted: give an int >= 0.")
+    own = getattr(type(dataloader), "skip_first_batches", None)
+    if callable(own):
+        return dataloader.skip_first_batches(num_batches)
+    if isinstance(dataloader, DataLoader):
+        return _skipping_loader(dataloader, num_batches)
+    if not isinstance(dataloader, Iterable):
+        raise TypeError(
+            f"skip_first_batches takes a dataloader (an iterable of batches), not {type(dataloader).__name__}."
+        )
+    return SkippedBatches(dataloader, num_batches)
+
+
+def _skipping_loader(loader: DataLoader[Any], num_batches: int) -> DataLoader[Any]:
+    settings = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
+    if settings.get("num_workers", 0) == 0:  # DataLoader refuses these without workers
+        settings.pop("prefetch_factor", None)
+        settings.pop("persistent_workers", None)
+    if isinstance(loader.dataset, IterableDataset):
+        sizes = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
+        return _SkippingDataLoader(loader.dataset, skip_batches=num_batches, **sizes, **settings)
+    if loader.batch_sampler is None:  # batch_size=None: the sampler's items are the batches
+        sampler = SkipBatchSampler(loader.sampler, num_batches)
+        return DataLoader(loader.dataset, sampler=sampler, batch_size=None, **settings)
+    return DataLoader(loader.dataset, batch_sampler=SkipBatchSampler(loader.batch_sampler, num_batches), **settings)
+
+
+class SkipBatchSampler(BatchSampler):
+    """A batch sampler that yields the batches of `batch_sampler` from number `skip_batches` on."""
+
+    def __init__(self, batch_sampler: Sampler[Any] | Iterable[Any], skip_batches: int = 0) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip_batches = skip_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
+
+    @property
+    def total_length(self) -> int:
+        return len(self.batch_sampler)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.skip_batches)  # type: ignore[arg-type]
+
+
+class _SkippingDataLoader(DataLoader):  # type: ignore[type-arg]
+    """A DataLoader (over an IterableDataset) that drops its first `skip_batches` batches on every pass."""
+
+    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.skip_batches = skip_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(super().__iter__(), self.skip_batches, None)
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self.skip_batches)
+
+
+class SkippedBatches:
+    """An iterable yielding the items of `batches` from number `skip_batches` on, on every pass."""
+
+    def __init__(self, batches: Iterable[Any], skip_batches: int = 0) -> None:
+        self.batches = batches
+        self.skip_batches = skip_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(iter(self.batches), self.skip_batches, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.batches) - self.skip_batches)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "batches":
+            raise AttributeError(name)
+        return getattr(self.batches, name)

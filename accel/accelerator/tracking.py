@@ -1,0 +1,104 @@
+"""The Accelerator's experiment tracking: `log_with=`, `init_trackers`, `log`, `get_tracker`.
+
+Accelerate's names and meanings; the trackers themselves live in accel.tracking.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from accel.tracking import GeneralTracker
+from accel.tracking.selection import LogWith, Selected, check_tracker_kwargs, create_trackers, filter_trackers
+
+
+class TrackingMixin:
+    """Experiment trackers for the Accelerator. Only the main process creates trackers and logs
+    (Accelerate's behaviour); on the other processes these methods do nothing."""
+
+    project_configuration: Any
+    is_main_process: bool
+
+    def _setup_tracking(self, log_with: LogWith | Sequence[LogWith] | None) -> None:
+        """Check `log_with` at construction: unknown names, missing libraries and a missing logging
+        folder raise here, on every process, before any training."""
+        self.log_with: list[Selected] = filter_trackers(log_with, self.logging_dir)
+        self._trackers: list[GeneralTracker] = []
+
+    @property
+    def logging_dir(self) -> Path | None:
+        """Where trackers write: the project configuration's `logging_dir`, else its `project_dir`."""
+        config = self.project_configuration
+        folder = getattr(config, "logging_dir", None) or config.project_dir
+        return None if folder is None else Path(folder)
+
+    @property
+    def trackers(self) -> list[GeneralTracker]:
+        """The running trackers (empty before `init_trackers`, after `end_training`, and off the main process)."""
+        return self._trackers
+
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Start a run named `project_name` in every tracker of `log_with`, recording `config` as its
+        hyperparameters. `init_kwargs` maps a tracker name to keyword arguments for its constructor,
+        e.g. `{"wandb": {"tags": ["baseline"]}}`."""
+        options = check_tracker_kwargs("init_kwargs", init_kwargs, self.log_with)
+        if not isinstance(project_name, (str, os.PathLike)) or not str(project_name):
+            raise TypeError(f"init_trackers(project_name={project_name!r}): give the run's name as a non-empty str.")
+        if not self.is_main_process:
+            return
+        if self._trackers:
+            raise RuntimeError(
+                "init_trackers() was already called: the trackers are running. Call end_training() to close "
+                "them before starting new runs."
+            )
+        trackers = create_trackers(self.log_with, str(project_name), self.logging_dir, options)
+        for tracker in trackers:
+            tracker.start()
+        if config is not None:
+            for tracker in trackers:
+                tracker.store_init_configuration(config)
+        self._trackers = trackers
+
+    def log(
+        self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        """Log `values` to every tracker at `step` (main process only). `log_kwargs` maps a tracker
+        name to extra keyword arguments for its `log`. Does nothing without `log_with`."""
+        if not self.is_main_process or not self.log_with:
+            return
+        if not self._trackers:
+            raise RuntimeError(
+                "log() before init_trackers() (or after end_training()): no tracker is running, so these values "
+                "would be lost. Call accelerator.init_trackers(project_name) first."
+            )
+        options = check_tracker_kwargs("log_kwargs", log_kwargs, self.log_with) if log_kwargs else {}
+        for tracker in self._trackers:
+            tracker.log(values, step=step, **options.get(tracker.name, {}))
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The running tracker called `name` (its library object with `unwrap=True`).
+
+        As in Accelerate: with no tracker running (before `init_trackers`, or on a process other
+        than the main one), a blank `GeneralTracker` whose methods do nothing, so code calling it
+        runs everywhere; a name not among the running trackers raises ValueError.
+        """
+        if not self._trackers:
+            return GeneralTracker(_blank=True)
+        for tracker in self._trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        running = [tracker.name for tracker in self._trackers]
+        raise ValueError(f"get_tracker({name!r}): no such tracker is running; running: {running}.")
+
+    def _finish_trackers(self) -> None:
+        """Close every tracker (called by `end_training`); `init_trackers` may then start new runs."""
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.finish()

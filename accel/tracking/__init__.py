@@ -1,0 +1,32 @@
+"""Experiment trackers: `Accelerator(log_with=...)`, `init_trackers`, `log`, `end_training`.
+
+Accelerate's names: `GeneralTracker` for custom trackers, `LoggerType`, `filter_trackers`,
+`register_tracker_class`, `get_available_trackers`, and one class per library. Each library is
+an optional extra (`pip install "accel[tensorboard]"`); `JSONLinesTracker` ("jsonl") needs none.
+See docs/tracking.md.
+"""
+
+from accel.tracking.aim_tracker import AimTracker
+from accel.tracking.base import GeneralTracker, on_main_process
+from accel.tracking.jsonl_tracker import JSONLinesTracker
+from accel.tracking.logger_type import LoggerType
+from accel.tracking.mlflow_tracker import MLflowTracker
+from accel.tracking.registry import LOGGER_TYPE_TO_CLASS, get_available_trackers, register_tracker_class
+from accel.tracking.selection import filter_trackers
+from accel.tracking.tensorboard_tracker import TensorBoardTracker
+from accel.tracking.wandb_tracker import WandBTracker
+
+__all__ = [
+    "LOGGER_TYPE_TO_CLASS",
+    "AimTracker",
+    "GeneralTracker",
+    "JSONLinesTracker",
+    "LoggerType",
+    "MLflowTracker",
+    "TensorBoardTracker",
+    "WandBTracker",
+    "filter_trackers",
+    "get_available_trackers",
+    "on_main_process",
+    "register_tracker_class",
+]

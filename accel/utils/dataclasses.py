@@ -1,0 +1,27 @@
+"""The configuration classes and enums, at Accelerate's path `accelerate.utils.dataclasses`."""
+
+from accel.accelerator.checkpointing.project import ProjectConfiguration
+from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.accelerator.types import DistributedType, PrecisionType
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+)
+
+__all__ = [
+    "AutocastKwargs",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "FP8RecipeKwargs",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "PrecisionType",
+    "ProjectConfiguration",
+]

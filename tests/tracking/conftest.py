@@ -1,0 +1,8 @@
+"""The helper modules beside these tests are importable by name (import mode importlib)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
