@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -15,17 +14,23 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
-from accel._validation import check_bool, check_int
-from accel.accelerator import checkpointing, distributed, prepare_checks
+from accel._validation import check_bool
+from accel.accelerator import checkpointing, distributed, options, prepare_checks
 from accel.accelerator import model as model_utils
+from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
+from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.accelerator.data import PreparedDataLoader
+from accel.accelerator.files import FilesMixin
 from accel.accelerator.gradient_state import GradientState
-from accel.accelerator.io import save_weights
+from accel.accelerator.memory import release_memory
 from accel.accelerator.optimizer import AcceleratedOptimizer
+from accel.accelerator.partial_state import AcceleratorState
 from accel.accelerator.processes import ProcessMixin
-from accel.accelerator.tracking import TrackingMixin
 from accel.accelerator.scheduler import AcceleratedScheduler
+from accel.accelerator.skipping import skip_first_batches
 from accel.accelerator.state import ProcessState
+from accel.accelerator.synchronizing import SyncMixin
+from accel.accelerator.tracking import TrackingMixin
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
@@ -33,22 +38,22 @@ from accel.environment import check_environment
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
-    FP8RecipeKwargs,
-    Handlers,
     InitProcessGroupKwargs,
     KwargsHandler,
     collect_handlers,
 )
+from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
-from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU, Setting, fp8_recipe_from_env
 
 
-class Accelerator(TrackingMixin, ProcessMixin):
+class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
     environment variable (set by `accel launch`), else takes its default. Bad values raise
-    here, at construction, never later in the training loop.
+    here, at construction, never later in the training loop. The methods live by concern:
+    processes.py (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers),
+    files.py (model files, checkpoints), tracking.py (trackers).
     """
 
     def __init__(
@@ -64,15 +69,28 @@ class Accelerator(TrackingMixin, ProcessMixin):
         project_dir: str | Path | None = None,
         project_config: checkpointing.ProjectConfiguration | None = None,
         log_with: LogWith | Sequence[LogWith] | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        rng_types: Sequence[str] | None = None,
+        split_batches: bool | None = None,
+        even_batches: bool | None = None,
+        dynamo_backend: str | None = None,
     ) -> None:
         check_environment()
-        self.handlers = _with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
-        precision = _setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
-        steps = _setting(GRADIENT_ACCUMULATION_STEPS, gradient_accumulation_steps, _positive_int)
-        use_cpu = _setting(USE_CPU, cpu, check_bool)
-        self.state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
-        self.precision: PrecisionBackend = create_backend(precision, self.state.device, self.handlers)
-        self.gradient_state = GradientState(steps)
+        options.dynamo_backend(dynamo_backend)
+        self.rng_types = options.rng_types(rng_types)
+        self.dataloader_config = options.dataloader_config(dataloader_config, split_batches, even_batches)
+        plugin = options.accumulation_plugin(gradient_accumulation_plugin, gradient_accumulation_steps)
+        self.handlers = options.with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
+        precision = options.setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
+        steps = options.setting(GRADIENT_ACCUMULATION_STEPS, options.steps_from(plugin) or gradient_accumulation_steps, options.positive_int)
+        self.gradient_accumulation_plugin = plugin or GradientAccumulationPlugin(num_steps=steps)
+        use_cpu = options.setting(USE_CPU, cpu, check_bool)
+        self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
+        self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
+        self.state = AcceleratorState.of(self.process_state, self.precision.name)
+        """Accelerate's AcceleratorState: this process's place, device and precision."""
+        self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
         self.device_placement = check_bool("device_placement", device_placement)
         self.step_scheduler_with_optimizer = check_bool("step_scheduler_with_optimizer", step_scheduler_with_optimizer)
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
@@ -84,13 +102,16 @@ class Accelerator(TrackingMixin, ProcessMixin):
         self._dataloaders: list[PreparedDataLoader] = []
         self._orphan_optimizers_warned: set[int] = set()
         self._checkpointed_objects: list[Any] = []
+        self._save_state_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()  # weak-referenceable, for the
+        self._load_state_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()  # hooks' RemovableHandle
+        self._trigger: torch.Tensor | None = None
         self._check_same_setup_on_every_process()
 
     # ----------------------------------------------------------------- properties
     @property
     def device(self) -> torch.device:
         """The device this process trains on."""
-        return self.state.device
+        return self.process_state.device
 
     @property
     def save_iteration(self) -> int:
@@ -113,7 +134,7 @@ class Accelerator(TrackingMixin, ProcessMixin):
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
-        self.gradient_state.num_steps = _positive_int("gradient_accumulation_steps", steps)
+        self.gradient_state.num_steps = options.positive_int("gradient_accumulation_steps", steps)
 
     @property
     def sync_gradients(self) -> bool:
@@ -133,6 +154,26 @@ class Accelerator(TrackingMixin, ProcessMixin):
     def conversion_report(self) -> Any:
         """For FP8: every nn.Linear, converted or skipped and why (None for other precisions)."""
         return getattr(self.precision, "conversion_report", None)
+
+    @property
+    def split_batches(self) -> bool:
+        """Whether each batch a prepared dataloader yields is split over the processes."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether samples are repeated so that every process gets the same number of batches."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """torch's GradScaler where the precision scales the loss (fp16), else None."""
+        return self.precision.grad_scaler
+
+    @property
+    def native_amp(self) -> bool:
+        """True where the forward runs under torch.autocast (fp16, bf16 mixed)."""
+        return self.precision.native_amp
 
     @property
     def step_stats(self) -> dict[str, float]:
@@ -166,20 +207,30 @@ class Accelerator(TrackingMixin, ProcessMixin):
             (lambda o: isinstance(o, DataLoader), self.prepare_data_loader),
         ]
 
-    def prepare_model(self, model: nn.Module) -> nn.Module:
-        """Move `model` to the device and convert it for the precision."""
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False) -> nn.Module:
+        """Move `model` to the device and convert it for the precision (and wrap it for DDP).
+
+        `device_placement` overrides the Accelerator's for this model. `evaluation_mode=True`
+        prepares a model only run forward: converted and placed, not wrapped for DDP.
+        """
         if any(model is prepared for prepared in self._models):
             return model
-        model = model_utils.prepare_model(model, self.precision, self.device, self.device_placement, self.state)
+        place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
+        model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state)
+        if evaluation_mode:
+            self._models.append(model)
+            return model
         ddp_options = self.handlers.get(DistributedDataParallelKwargs)
-        model = model_utils.wrap_for_processes(model, self.state, ddp_options)
+        model = model_utils.wrap_for_processes(model, self.process_state, ddp_options)
         self._models.append(model)
         return model
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
         """Wrap `optimizer` so that it steps through the precision and honours accumulation.
 
-        The same optimizer prepared twice (in one call or two) gets the same wrapper.
+        The same optimizer prepared twice (in one call or two) gets the same wrapper. The
+        optimizer's state lives with its parameters: `device_placement` is accepted for
+        Accelerate's signature and has nothing to move.
         """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
@@ -199,9 +250,17 @@ class Accelerator(TrackingMixin, ProcessMixin):
         self._schedulers.append(wrapped)
         return wrapped
 
-    def prepare_data_loader(self, loader: DataLoader[Any]) -> PreparedDataLoader:
-        """Wrap `loader` so that its batches land on the device (and each process gets its own part)."""
-        wrapped = PreparedDataLoader(loader, self.device, self.gradient_state, self.device_placement, self.state)
+    def prepare_data_loader(
+        self, data_loader: DataLoader[Any], device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
+    ) -> PreparedDataLoader:
+        """Wrap `data_loader` so that its batches land on the device (and each process gets its own part)."""
+        if slice_fn_for_dispatch is not None:
+            raise ValueError(
+                "prepare_data_loader(slice_fn_for_dispatch=...): accel does not dispatch batches from the main "
+                "process (each process reads its own part), so there is nothing to slice. Drop the argument."
+            )
+        place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
+        wrapped = PreparedDataLoader(data_loader, self.device, self.gradient_state, place, self.process_state)
         self._dataloaders.append(wrapped)
         return wrapped
 
@@ -222,20 +281,15 @@ class Accelerator(TrackingMixin, ProcessMixin):
 
     @contextlib.contextmanager
     def accumulate(self, *models: nn.Module) -> Iterator[None]:
-        """One micro-batch: decides `sync_gradients` and skips DDP's all-reduce when not syncing."""
-        if self.gradient_state.advance():
+        """One micro-batch: decides `sync_gradients` and skips DDP's all-reduce when not syncing
+        (unless GradientAccumulationPlugin(sync_each_batch=True), which all-reduces every micro-batch)."""
+        if self.gradient_state.advance() or self.gradient_accumulation_plugin.sync_each_batch:
             yield
             return
         with contextlib.ExitStack() as stack:
             for model in models:
                 stack.enter_context(self.no_sync(model))
             yield
-
-    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
-        """Skip DDP's gradient all-reduce inside the block (nothing to skip in one process)."""
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            return model.no_sync()
-        return contextlib.nullcontext()
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscale the gradients of `optimizer` (default: every prepared one), once per step."""
@@ -263,27 +317,23 @@ class Accelerator(TrackingMixin, ProcessMixin):
         self.unscale_gradients()
         nn.utils.clip_grad_value_(parameters, clip_value)
 
-    # ----------------------------------------------------------------- models and files
-    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
-        """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
-        return model_utils.unwrap_model(
-            model, keep_fp32_wrapper=keep_fp32_wrapper, keep_torch_compile=keep_torch_compile
-        )
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that skips the first `num_batches` of its next epoch (to resume mid-epoch)."""
+        return skip_first_batches(dataloader, num_batches)
 
-    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The model's weights, under their original names and in high precision."""
-        if unwrap:
-            model = self.unwrap_model(model, keep_torch_compile=False)
-        return self.precision.model_state_dict(model)
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object (so they can be freed), collect garbage, empty the device
+        cache; returns a None per object given, for `a, b = accelerator.free_memory(a, b)`."""
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.gradient_state.step = 0
+        return release_memory(*objects)
 
-    def save_model(self, model: nn.Module, save_directory: str | Path, safe_serialization: bool = True) -> Path | None:
-        """Write the model's weights to `save_directory/model.safetensors` (main process only)."""
-        if not safe_serialization:
-            raise ValueError(
-                "save_model(safe_serialization=False): accel writes safetensors only, never pickles; drop the argument."
-            )
-        state_dict = self.get_state_dict(model)
-        return save_weights(state_dict, save_directory) if self.is_main_process else None
+    def clear(self, *objects: Any) -> list[None]:
+        """The same as `free_memory` (Accelerate's alias)."""
+        return self.free_memory(*objects)
 
     def init_module(self) -> AbstractContextManager[Any]:
         """A context in which a model is built on the device and directly in the precision's dtype."""
@@ -293,38 +343,19 @@ class Accelerator(TrackingMixin, ProcessMixin):
         stack.enter_context(self.precision.init_context())
         return stack
 
-    # ----------------------------------------------------------------- checkpoints
-    def save_state(self, output_dir: str | Path | None = None) -> Path:
-        """Write a checkpoint of everything needed to resume exactly; returns its folder.
-
-        Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).
-        """
-        return checkpointing.save_state(self, output_dir)
-
-    def load_state(self, input_dir: str | Path | None = None) -> Path:
-        """Restore a checkpoint written by `save_state`; returns its folder.
-
-        Without `input_dir`, loads the newest complete checkpoint under `project_dir/checkpoints`.
-        """
-        return checkpointing.load_state(self, input_dir)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""
-        self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
-
     # ----------------------------------------------------------------- processes
     def end_training(self) -> None:
         """Release what the precision set up; with several processes, wait for all of them and leave
         the process group (a later Accelerator in this process creates a new one)."""
         self._finish_trackers()
         self.precision.teardown()
-        if self.state.distributed:
+        if self.process_state.distributed:
             self.wait_for_everyone()
             distributed.leave_process_group()
 
     def _check_same_setup_on_every_process(self) -> None:
         """Compare this process's configuration with the others' (one small all-gather); raise if any differs."""
-        if not self.state.distributed:
+        if not self.process_state.distributed:
             return
         recipes = {kind.__name__: self.handlers.get(kind) for kind in self.precision.handler_types}
         distributed.check_same_setup(
@@ -332,7 +363,7 @@ class Accelerator(TrackingMixin, ProcessMixin):
                 mixed_precision=self.mixed_precision,
                 gradient_accumulation_steps=self.gradient_accumulation_steps,
                 device_type=self.device.type,
-                backend=self.state.backend,
+                backend=self.process_state.backend,
                 ddp=self.handlers.get(DistributedDataParallelKwargs),
                 **recipes,
             )
@@ -344,42 +375,3 @@ class Accelerator(TrackingMixin, ProcessMixin):
             f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
             f"process {self.process_index} of {self.num_processes})"
         )
-
-
-def _with_environment_recipe(handlers: Handlers) -> Handlers:
-    """Add the FP8 recipe that `accel launch` passed as ACCEL_FP8_* variables, if any.
-
-    A recipe given in the code wins; when it differs from the environment's, a warning says so.
-    """
-    recipe = fp8_recipe_from_env()
-    if recipe is not None and handlers.has(FP8RecipeKwargs) and handlers.get(FP8RecipeKwargs) != recipe:
-        warnings.warn(
-            f"the FP8RecipeKwargs given in the code overrides the recipe from ACCEL_FP8_* variables ({recipe}).",
-            UserWarning,
-            stacklevel=3,
-        )
-    return handlers.with_environment(recipe)
-
-
-def _positive_int(argument: str, value: Any) -> int:
-    return check_int(argument, value, minimum=1)
-
-
-def _setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> Any:
-    """The keyword's value when given (checked), else the environment's, else the default.
-
-    A keyword that contradicts the environment (say `accel launch --mixed_precision fp16` for a
-    script that passes mixed_precision='bf16') wins, with a warning naming both.
-    """
-    if value is None:
-        return setting.from_env()
-    checked = check(setting.keyword, value)
-    if setting.env_var in os.environ and setting.from_env() != checked:
-        warnings.warn(
-            f"{setting.keyword}={value!r} given in the code overrides "
-            f"{setting.env_var}={os.environ[setting.env_var]!r} "
-            "(from accel launch or your environment).",
-            UserWarning,
-            stacklevel=3,
-        )
-    return checked

@@ -39,6 +39,8 @@ def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
 class _MixedPrecision(PrecisionBackend):
     """fp32 weights; matrix products in `compute_dtype` under torch.autocast."""
 
+    native_amp = True
+
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
         self._autocast_kwargs = handlers.get(AutocastKwargs)

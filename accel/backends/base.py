@@ -56,10 +56,18 @@ class PrecisionBackend:
     orphan_optimizer_is_error: ClassVar[bool] = False
     """True where an optimizer over parameters of no prepared model can never train it, so prepare
     raises instead of warning (the optimizer may otherwise legitimately train other tensors)."""
+    native_amp: ClassVar[bool] = False
+    """True where the forward runs under torch.autocast (Accelerate's `accelerator.native_amp`)."""
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         self.device = device
         self.handlers = handlers
+
+    @property
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        """torch's GradScaler where this precision scales the loss (Accelerate's `accelerator.scaler`)."""
+        loss_scaler = getattr(self, "loss_scaler", None)
+        return None if loss_scaler is None else loss_scaler.scaler
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, param_dtype={self.param_dtype}, compute_dtype={self.compute_dtype})"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel.accelerator.checkpointing.errors import CheckpointError
+from accel.accelerator.checkpointing.hooks import models_loaded_by_accel
 from accel.accelerator.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from accel.accelerator.checkpointing.naming import leftover_of, numbered_checkpoints
 from accel.accelerator.checkpointing.processes import agree, on_main
@@ -31,7 +32,8 @@ def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | Non
     label = f"load_state: checkpoint {str(folder)!r}"
     verify = accelerator.is_local_main_process  # one check of the files per machine
     manifest = agree(accelerator, lambda: open_checkpoint(folder, label, verify=verify), "load_state")
-    staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label), "load_state")
+    models = models_loaded_by_accel(accelerator, folder)
+    staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label, models), "load_state")
     apply(accelerator, staged, label)
     accelerator.save_iteration = max(accelerator.save_iteration, manifest.iteration + 1)
     return folder

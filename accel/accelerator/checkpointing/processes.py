@@ -47,16 +47,16 @@ def per_process_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
     own = (capture_rng(), [loader.state_dict() for loader in accelerator._dataloaders])
     found: dict[str, tuple[Any, str]] = {}
     for rank, (rng, loaders) in _everyone(accelerator, own):
-        whose = f" of process {rank}" if accelerator.state.distributed else ""
+        whose = f" of process {rank}" if accelerator.process_state.distributed else ""
         found[layout.random_states_file(rank)] = (rng, f"the RNG states{whose}")
         found[layout.dataloaders_file(rank)] = (loaders, f"the dataloaders' positions{whose}")
     return found
 
 
 def _everyone(accelerator: Accelerator, own: Any) -> list[tuple[int, Any]]:
-    if not accelerator.state.distributed:
+    if not accelerator.process_state.distributed:
         return [(accelerator.process_index, own)]
-    return list(enumerate(operations.gather_objects(own, accelerator.state)))
+    return list(enumerate(operations.gather_objects(own, accelerator.process_state)))
 
 
 def averaged(gradients: dict[str, torch.Tensor], accelerator: Accelerator) -> dict[str, torch.Tensor]:
@@ -65,7 +65,7 @@ def averaged(gradients: dict[str, torch.Tensor], accelerator: Accelerator) -> di
     DDP averages the accumulated gradients at the window's last micro-batch, so resuming every
     process from the mean continues the window exactly: mean(a_r + b_r) = mean(a) + mean(b_r).
     """
-    return operations.reduce(gradients, accelerator.state, "mean") if gradients else gradients
+    return operations.reduce(gradients, accelerator.process_state, "mean") if gradients else gradients
 
 
 def own_files(rank: int, saved_processes: int) -> tuple[str | None, str]:
@@ -86,7 +86,7 @@ def warn_no_rng(rank: int, saved_processes: int) -> None:
 
 def on_main(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
     """Run `action` on the main process only; its result on every process, or its error raised on every one."""
-    state = accelerator.state
+    state = accelerator.process_state
     if not state.distributed:
         return action()
     result: Any = None
@@ -106,7 +106,7 @@ def on_main(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
 
 def agree(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
     """Run `action` on every process; if it raised on any, raise on every one (naming the first that failed)."""
-    state = accelerator.state
+    state = accelerator.process_state
     if not state.distributed:
         return action()
     result: Any = None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from accel._version import __version__
 from accel.accelerator.checkpointing.compat import fp8_setup
+from accel.accelerator.checkpointing.hooks import files_saved_by_hooks
 from accel.accelerator.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
 from accel.accelerator.checkpointing.naming import next_number, numbered_name, to_rotate_out
 from accel.accelerator.checkpointing.processes import on_main
@@ -89,9 +90,14 @@ def _is_checkpoint(folder: Path) -> bool:
 
 
 def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration: int) -> None:
-    """Write every file into `folder`, the manifest (with sizes and checksums) last."""
-    for name, tensors in snapshot.tensors.items():
-        save_tensors(tensors, folder / name)
+    """Write every file into `folder`, the manifest (with sizes and checksums) last.
+
+    Save pre-hooks run first; the weights of the models they saved themselves are not written.
+    """
+    by_hooks = files_saved_by_hooks(accelerator, snapshot.tensors, folder)
+    tensor_files = [name for name in snapshot.tensors if name not in by_hooks]
+    for name in tensor_files:
+        save_tensors(snapshot.tensors[name], folder / name)
     for name, value in snapshot.objects.items():
         save_torch(value, folder / name)
     manifest = Manifest(
@@ -104,7 +110,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration
         gradient_accumulation=snapshot.gradient_accumulation,
         contents=snapshot.contents,
         dataloaders=snapshot.dataloaders,
-        files={name: describe_file(folder / name) for name in [*snapshot.tensors, *snapshot.objects]},
+        files={name: describe_file(folder / name) for name in [*tensor_files, *snapshot.objects]},
     )
     text = manifest.to_json().encode("utf-8")
     write_file(folder / MANIFEST_NAME, lambda file: file.write(text))

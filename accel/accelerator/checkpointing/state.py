@@ -97,18 +97,21 @@ def _described_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
 class Staged:
     """A checkpoint read into memory and checked against the Accelerator, ready to apply."""
 
+    models: list[int]
+    """The indices of the prepared models this load restores (a load_state pre-hook may take some)."""
     weights: list[dict[str, torch.Tensor]]
     gradients: list[dict[str, torch.Tensor]]
     objects: dict[str, Any]
     manifest: Manifest
 
 
-def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str) -> Staged:
-    """Read every file this process needs and check it fits; raise CheckpointError listing all
-    differences, having changed nothing."""
-    _raise_if(label, setup_problems(accelerator, manifest) or _missing_files(accelerator, manifest))
+def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str, models: list[int]) -> Staged:
+    """Read every file this process needs (for the prepared models `models`, by index) and check
+    it fits; raise CheckpointError listing all differences, having changed nothing."""
+    _raise_if(label, setup_problems(accelerator, manifest) or _missing_files(accelerator, manifest, models))
     problems = []
-    for index, model in enumerate(accelerator._models):
+    for index in models:
+        model = accelerator._models[index]
         shapes = tensor_shapes(folder / layout.model_file(index), label)
         problems += [f"model {index}: {problem}" for problem in weight_problems(accelerator, model, shapes)]
     _raise_if(label, problems)
@@ -117,11 +120,10 @@ def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str
     for index, optimizer in enumerate(accelerator._optimizers):
         problems += optimizer_problems(index, optimizer, objects[layout.optimizer_file(index)])
     _raise_if(label, problems)
-    count = len(accelerator._models)
-    weights = [load_tensors(folder / layout.model_file(i), label) for i in range(count)]
+    weights = [load_tensors(folder / layout.model_file(i), label) for i in models]
     inside_window = manifest.gradient_accumulation["micro_batch"] != 0
-    gradients = [load_tensors(folder / layout.gradients_file(i), label) if inside_window else {} for i in range(count)]
-    return Staged(weights=weights, gradients=gradients, objects=objects, manifest=manifest)
+    gradients = [load_tensors(folder / layout.gradients_file(i), label) if inside_window else {} for i in models]
+    return Staged(models=models, weights=weights, gradients=gradients, objects=objects, manifest=manifest)
 
 
 def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
@@ -135,10 +137,11 @@ def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
     for index, obj in enumerate(accelerator._checkpointed_objects):
         with _restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])
-    for index, model in enumerate(accelerator._models):
+    for position, index in enumerate(staged.models):
+        model = accelerator._models[index]
         with _restoring(label, f"model {index}", layout.model_file(index)):
-            load_weights(accelerator, model, staged.weights[index])
-            load_gradients(accelerator, model, staged.gradients[index])
+            load_weights(accelerator, model, staged.weights[position])
+            load_gradients(accelerator, model, staged.gradients[position])
     for index, optimizer in enumerate(accelerator._optimizers):
         with _restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
             optimizer.load_state_dict(objects[layout.optimizer_file(index)])
@@ -170,8 +173,7 @@ def _object_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
     ]
 
 
-def _missing_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
-    models = range(len(accelerator._models))
+def _missing_files(accelerator: Accelerator, manifest: Manifest, models: list[int]) -> list[str]:
     needed = [*(layout.model_file(i) for i in models), *_object_files(accelerator, manifest)]
     if manifest.gradient_accumulation["micro_batch"]:
         needed += [layout.gradients_file(i) for i in models]

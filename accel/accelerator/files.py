@@ -1,0 +1,141 @@
+"""The Accelerator's files: the user's model back, model files, `save`, and checkpoints with their hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from accel.accelerator import checkpointing
+from accel.accelerator import model as model_utils
+from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
+from accel.accelerator.model_files import parse_size, write_model_files
+from accel.backends.base import PrecisionBackend
+
+
+class FilesMixin:
+    """unwrap_model, get_state_dict, save_model, save, save_state/load_state and their hooks."""
+
+    precision: PrecisionBackend
+    is_main_process: bool
+    _models: list[nn.Module]
+    _checkpointed_objects: list[Any]
+    _save_state_pre_hooks: dict[int, SaveHook]
+    _load_state_pre_hooks: dict[int, LoadHook]
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
+        """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
+        return model_utils.unwrap_model(model, keep_fp32_wrapper=keep_fp32_wrapper, keep_torch_compile=keep_torch_compile)
+
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's weights, under their original names and in high precision."""
+        if unwrap:
+            model = self.unwrap_model(model, keep_torch_compile=False)
+        return self.precision.model_state_dict(model)
+
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: str | Path,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> list[Path]:
+        """Write the model's weights into `save_directory` (main process only); return the files.
+
+        `model.safetensors`, or shards of at most `max_shard_size` with `model.safetensors.index.json`
+        (what transformers and Accelerate read). `safe_serialization=False` writes
+        `pytorch_model.bin` (or its shards and index) holding plain tensors only, so that
+        `torch.load(path, weights_only=True)` reads it. Tied weights are written once.
+        """
+        limit = parse_size("save_model(max_shard_size)", max_shard_size)
+        directory = _folder("save_model(save_directory)", save_directory)
+        state_dict = self.get_state_dict(model)
+        if not self.is_main_process:
+            return []
+        directory.mkdir(parents=True, exist_ok=True)
+        return write_model_files(state_dict, directory, limit, bool(safe_serialization))
+
+    def save(self, obj: Any, f: str | Path, safe_serialization: bool = False) -> None:
+        """Save `obj` to `f` on the main process only (Accelerate's `save`): torch.save, or with
+        `safe_serialization=True` a safetensors file (then `obj` must be a dict of tensors)."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})
+        else:
+            torch.save(obj, f)
+
+    def save_state(self, output_dir: str | Path | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any) -> Path:
+        """Write a checkpoint of everything needed to resume exactly; returns its folder.
+
+        Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).
+        Checkpoints are always safetensors plus weights-only tensors: `safe_serialization=False`
+        is refused, and so are Accelerate's `save_model_func_kwargs`, which accel has no use for.
+        """
+        if safe_serialization is not True or save_model_func_kwargs:
+            given = {"safe_serialization": safe_serialization, **save_model_func_kwargs}
+            raise ValueError(
+                f"save_state({', '.join(f'{k}={v!r}' for k, v in given.items())}): accel checkpoints are always "
+                "safetensors and weights-only tensors, never pickles, and take no options for writing the model. "
+                "Drop these arguments."
+            )
+        return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]
+
+    def load_state(
+        self, input_dir: str | Path | None = None, load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any
+    ) -> Path:
+        """Restore a checkpoint written by `save_state`; returns its folder.
+
+        Without `input_dir`, loads the newest complete checkpoint under `project_dir/checkpoints`.
+        Accelerate's `load_kwargs` (for torch.load) and `load_model_func_kwargs` are refused when
+        given: accel reads weights-only files onto each object's own device.
+        """
+        given = {**({"load_kwargs": load_kwargs} if load_kwargs else {}), **load_model_func_kwargs}
+        if given:
+            raise ValueError(
+                f"load_state got {sorted(given)}: accel restores its checkpoints exactly and takes "
+                "no options for loading the model (a strict load always). Drop these arguments."
+            )
+        return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""
+        self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
+
+    def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
+        """Call `hook(models, weights, output_dir)` before each checkpoint is written (main process).
+
+        A hook may save models itself into `output_dir` and remove their entries from `weights`,
+        so that accel does not write them. Returns a handle whose `remove()` unregisters it.
+        """
+        return _register(self._save_state_pre_hooks, hook, "register_save_state_pre_hook")
+
+    def register_load_state_pre_hook(self, hook: LoadHook) -> RemovableHandle:
+        """Call `hook(models, input_dir)` before each checkpoint is restored (every process).
+
+        A hook may load models itself and remove them from `models`, so that accel does not.
+        Returns a handle whose `remove()` unregisters it.
+        """
+        return _register(self._load_state_pre_hooks, hook, "register_load_state_pre_hook")
+
+
+def _register(hooks: dict[int, Any], hook: Callable[..., None], method: str) -> RemovableHandle:
+    if not callable(hook):
+        raise TypeError(f"{method}(hook={hook!r}): give a function (see the method's docstring for its arguments).")
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
+def _folder(argument: str, path: str | Path) -> Path:
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{argument}={str(directory)!r}: that path is a file, not a folder.")
+    return directory
+

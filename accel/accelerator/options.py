@@ -1,0 +1,131 @@
+"""The Accelerator's constructor options: each keyword against its `ACCEL_*` variable (`setting`),
+and the options from Accelerate that have none: dataloader_config (and the older
+split_batches/even_batches), the gradient accumulation plugin, rng_types and dynamo_backend.
+Each raises at construction, naming the argument, the value and what to do."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from accel._validation import check_int
+from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
+from accel.settings import Setting, fp8_recipe_from_env
+
+RNG_TYPES = ("torch", "cuda", "mps", "npu", "xla", "xpu", "hpu", "mlu", "sdaa", "musa", "generator")
+"""The names Accelerate accepts in `rng_types`."""
+
+
+def dataloader_config(
+    config: DataLoaderConfiguration | None, split_batches: bool | None, even_batches: bool | None
+) -> DataLoaderConfiguration:
+    """The dataloader configuration: `dataloader_config`, or one built from the older keywords."""
+    older = {name: value for name, value in (("split_batches", split_batches), ("even_batches", even_batches))
+             if value is not None}
+    if config is not None and older:
+        raise ValueError(
+            f"Accelerator got dataloader_config and {', '.join(f'{k}={v!r}' for k, v in older.items())}: give these "
+            "fields in the DataLoaderConfiguration only (DataLoaderConfiguration(split_batches=..., even_batches=...))."
+        )
+    if config is None:
+        return DataLoaderConfiguration(**older)
+    if not isinstance(config, DataLoaderConfiguration):
+        raise TypeError(
+            f"Accelerator(dataloader_config={config!r}): give a DataLoaderConfiguration (from accel.utils import "
+            "DataLoaderConfiguration)."
+        )
+    return config
+
+
+def accumulation_plugin(
+    plugin: GradientAccumulationPlugin | None, steps: int | None
+) -> GradientAccumulationPlugin | None:
+    """The plugin, checked: not with `gradient_accumulation_steps`, and only options accel honours."""
+    if plugin is None:
+        return None
+    if not isinstance(plugin, GradientAccumulationPlugin):
+        raise TypeError(
+            f"Accelerator(gradient_accumulation_plugin={plugin!r}): give a GradientAccumulationPlugin "
+            "(from accel.utils import GradientAccumulationPlugin)."
+        )
+    if steps is not None:
+        raise ValueError(
+            f"Accelerator got gradient_accumulation_steps={steps!r} and gradient_accumulation_plugin: give the number "
+            "of steps in one place only, GradientAccumulationPlugin(num_steps=...) or gradient_accumulation_steps=."
+        )
+    if not plugin.adjust_scheduler:
+        raise ValueError(
+            "GradientAccumulationPlugin(adjust_scheduler=False) is not supported: a prepared scheduler steps once per "
+            "optimizer step that really happened (docs/precision.md). Drop the argument; to step per micro-batch, "
+            "call the unprepared scheduler yourself."
+        )
+    return plugin
+
+
+def rng_types(value: Sequence[str] | None) -> list[str]:
+    """Accelerate's `rng_types`, checked. accel needs none: each epoch's shuffling is drawn on
+    process 0 and shared (see sharding.py), which is what synchronising these RNGs is for."""
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else list(value)
+    unknown = [name for name in names if str(getattr(name, "value", name)) not in RNG_TYPES]
+    if unknown:
+        raise ValueError(f"Accelerator(rng_types={value!r}): unknown {unknown}; accepted names: {', '.join(RNG_TYPES)}.")
+    return [str(getattr(name, "value", name)) for name in names]
+
+
+def dynamo_backend(value: Any) -> None:
+    """Only "no" (or None): torch.compile through the Accelerator does not exist yet."""
+    name = str(getattr(value, "value", value)).lower() if value is not None else "no"
+    if name != "no":
+        raise ValueError(
+            f"Accelerator(dynamo_backend={value!r}) is not supported yet: accel does not compile models. Leave it "
+            "out (or 'no'), and call torch.compile(model) yourself before prepare() if you want compilation."
+        )
+
+
+def steps_from(plugin: GradientAccumulationPlugin | None) -> int | None:
+    """The accumulation steps a plugin sets (None: take them from the environment or the default)."""
+    return None if plugin is None or plugin.num_steps is None else check_int("num_steps", plugin.num_steps, minimum=1)
+
+
+def with_environment_recipe(handlers: Handlers) -> Handlers:
+    """Add the FP8 recipe that `accel launch` passed as ACCEL_FP8_* variables, if any.
+
+    A recipe given in the code wins; when it differs from the environment's, a warning says so.
+    """
+    recipe = fp8_recipe_from_env()
+    if recipe is not None and handlers.has(FP8RecipeKwargs) and handlers.get(FP8RecipeKwargs) != recipe:
+        warnings.warn(
+            f"the FP8RecipeKwargs given in the code overrides the recipe from ACCEL_FP8_* variables ({recipe}).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return handlers.with_environment(recipe)
+
+
+def positive_int(argument: str, value: Any) -> int:
+    return check_int(argument, value, minimum=1)
+
+
+def setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> Any:
+    """The keyword's value when given (checked), else the environment's, else the default.
+
+    A keyword that contradicts the environment (say `accel launch --mixed_precision fp16` for a
+    script that passes mixed_precision='bf16') wins, with a warning naming both.
+    """
+    if value is None:
+        return setting.from_env()
+    checked = check(setting.keyword, value)
+    if setting.env_var in os.environ and setting.from_env() != checked:
+        warnings.warn(
+            f"{setting.keyword}={value!r} given in the code overrides "
+            f"{setting.env_var}={os.environ[setting.env_var]!r} "
+            "(from accel launch or your environment).",
+            UserWarning,
+            stacklevel=3,
+        )
+    return checked

@@ -1,0 +1,81 @@
+"""Gradient synchronisation and agreement between processes: `no_sync`, `trigger_sync_in_backward`,
+`join_uneven_inputs` and the `set_trigger`/`check_trigger` flag (Accelerate's names and meanings)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.algorithms.join import Join, Joinable
+
+from accel.accelerator import operations
+from accel.accelerator.data import PreparedDataLoader
+from accel.accelerator.state import ProcessState
+
+
+class SyncMixin:
+    """Synchronisation helpers; in one process each is a no-op (nothing to synchronise with)."""
+
+    process_state: ProcessState
+    _dataloaders: list[PreparedDataLoader]
+    _trigger: torch.Tensor | None
+
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
+        """Skip DDP's gradient all-reduce inside the block (nothing to skip in one process)."""
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: nn.Module) -> Iterator[None]:
+        """Make the next backward of `model` all-reduce its gradients even inside `no_sync`/`accumulate`."""
+        if not isinstance(model, nn.parallel.DistributedDataParallel):
+            yield
+            return
+        before = (model.require_backward_grad_sync, model.require_forward_param_sync)
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = before
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: Sequence[Any], even_batches: bool | None = None) -> Iterator[None]:
+        """Let processes with fewer batches finish while the others go on (torch's `Join`).
+
+        `joinables` are the prepared DDP models (and optimizers that are Joinable); in one process
+        this does nothing. `even_batches` overrides the prepared dataloaders' setting inside the
+        block (False: no sample is repeated to even out the processes' batches).
+        """
+        with contextlib.ExitStack() as stack:
+            if even_batches is not None:
+                for loader in self._dataloaders:
+                    stack.enter_context(loader.override_even_batches(even_batches))
+            if self.process_state.distributed:
+                members = [j for j in joinables if isinstance(j, Joinable)]
+                if len(members) != len(joinables):
+                    others = [type(j).__name__ for j in joinables if not isinstance(j, Joinable)]
+                    raise TypeError(
+                        f"join_uneven_inputs: {others} cannot join (not torch Joinable); pass the prepared models "
+                        "(DistributedDataParallel) and optimizers such as ZeroRedundancyOptimizer."
+                    )
+                stack.enter_context(Join(members))
+            yield
+
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next `check_trigger()` returns True on every process."""
+        self._trigger = torch.ones((), device=self.process_state.device)
+
+    def check_trigger(self) -> bool:
+        """True on every process when any process called `set_trigger()` since the last check (which
+        lowers the flag). Every process must call it: it is one all-reduce."""
+        flag = self._trigger if self._trigger is not None else torch.zeros((), device=self.process_state.device)
+        raised = bool(operations.reduce(flag, self.process_state, "sum").item() >= 1)
+        if raised:
+            self._trigger = None
+        return raised
