@@ -17,7 +17,7 @@ from accel._warnings import warn_once
 
 CONFIG_FILE_VARIABLE = settings.ENV_PREFIX + "CONFIG_FILE"
 """Where `accel` commands look for config.yaml (not a setting: it chooses where settings come from)."""
-OTHER_VARIABLES: tuple[str, ...] = (CONFIG_FILE_VARIABLE,)
+OTHER_VARIABLES: tuple[str, ...] = (CONFIG_FILE_VARIABLE, settings.ENV_PREFIX + "LOG_LEVEL")
 """ACCEL_* variables that are not settings. A new one must be added here, or the Accelerator warns about it."""
 
 
