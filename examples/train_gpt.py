@@ -21,11 +21,12 @@ several batches.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -74,6 +75,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--log_interval", type=int, default=50, help="progress line every N updates when not a TTY"
     )
     parser.add_argument("--output_dir", default=None, help="save the trained model here")
+    parser.add_argument(
+        "--report_dir",
+        default="runs/train_gpt",
+        help="where the loss curve (loss.png, with matplotlib) and its numbers (loss.csv) go; '' for none",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "eval_batches", "log_interval"):
         if getattr(args, name) <= 0:
@@ -119,6 +125,39 @@ def make_loaders(
     val_subset = Subset(val, range(0, stride * n_val, stride))
     val_loader = DataLoader(val_subset, batch_size=args.batch_size, shuffle=False)
     return train_loader, val_loader
+
+
+def adam_eps(param_dtype: torch.dtype) -> float:
+    """AdamW's epsilon for weights kept in `param_dtype`: 1e-8 underflows to 0 in float16
+    (16-true), where the update would then divide by zero."""
+    return 1e-4 if param_dtype == torch.float16 else 1e-8
+
+
+def write_report(run: Summary, folder: Path, what: str) -> list[Path]:
+    """Write the loss curve's numbers (loss.csv) and, when matplotlib is installed, its plot (loss.png)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = folder / "loss.csv"
+    with table.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["step", "split", "loss"])
+        writer.writerows((step, split, f"{loss:.6f}") for step, split, loss in run.curve)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [table]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for split in ("train", "val"):
+        points = [(step, loss) for step, kind, loss in run.curve if kind == split]
+        axes.plot(*zip(*points), label=split, marker="o" if split == "val" else None)
+    axes.set(xlabel="optimizer step", ylabel="loss", title=f"example GPT: {what}")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(folder / "loss.png", dpi=100)
+    plt.close(figure)
+    return [table, folder / "loss.png"]
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -200,6 +239,8 @@ class Summary:
     last_train: float = math.nan
     first_val: float = math.nan
     last_val: float = math.nan
+    curve: list[tuple[int, str, float]] = field(default_factory=list)
+    """(update, "train" or "val", loss) for every update and every validation."""
 
 
 def train(
@@ -221,6 +262,7 @@ def train(
     width = len(str(args.steps))
     summary = Summary()
     summary.first_val = summary.last_val = evaluate(model, val_loader, accelerator.device)
+    summary.curve.append((0, "val", summary.first_val))
     progress.message(f"step {0:>{width}} | val loss {summary.first_val:.4f}")
 
     window_loss, window_batches = 0.0, 0
@@ -247,6 +289,7 @@ def train(
             summary.seconds += time.perf_counter() - tick
             summary.last_train = window_loss / window_batches
             window_loss, window_batches = 0.0, 0
+            summary.curve.append((summary.steps, "train", summary.last_train))
             if summary.steps == 1:
                 summary.first_train = summary.last_train
             progress.update(
@@ -257,6 +300,7 @@ def train(
             done = summary.steps == args.steps
             if done or (args.eval_interval and summary.steps % args.eval_interval == 0):
                 summary.last_val = evaluate(model, val_loader, accelerator.device)
+                summary.curve.append((summary.steps, "val", summary.last_val))
                 progress.message(
                     f"step {summary.steps:>{width}} | train loss {summary.last_train:.4f} | "
                     f"val loss {summary.last_val:.4f}"
@@ -281,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     train_set, val_set = build_datasets(config.block_size, seed=args.seed)
     model = GPT(config)
     optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95)
+        param_groups(model, args.weight_decay),
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        eps=adam_eps(accelerator.precision.param_dtype),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(args.warmup_steps, args.steps)
@@ -291,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         model, optimizer, train_loader, scheduler
     )
     accelerator.print(
+        f"running: {accelerator.precision.describe()} | {accelerator.num_processes} process(es) | "
+        f"gradient accumulation {accelerator.gradient_accumulation_steps} | "
+        f"{torch.get_num_threads()} thread(s) per process | device {accelerator.device}"
+    )
+    accelerator.print(
         f"GPT {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters | "
-        f"train {len(train_set):,} / val {len(val_set):,} windows of {config.block_size} chars | "
-        f"precision {accelerator.mixed_precision} | device {accelerator.device}"
+        f"train {len(train_set):,} / val {len(val_set):,} windows of {config.block_size} chars"
     )
 
     run = train(accelerator, model, optimizer, train_loader, scheduler, val_loader, args)
@@ -305,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_dir:
         accelerator.save_model(model, args.output_dir)
         accelerator.print(f"model saved to {args.output_dir}")
+    if args.report_dir and accelerator.is_main_process:
+        for path in write_report(run, Path(args.report_dir), accelerator.precision.describe()):
+            accelerator.print(f"wrote {path}")
     return 0
 
 

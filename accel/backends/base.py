@@ -72,6 +72,10 @@ class PrecisionBackend:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, param_dtype={self.param_dtype}, compute_dtype={self.compute_dtype})"
 
+    def describe(self) -> str:
+        """What runs, in a few words for a log line (say 'bf16' or 'fp8 (native, O1, ...)')."""
+        return self.name
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Return the model converted for this precision (cast, layers swapped). Default: as is."""
         return module

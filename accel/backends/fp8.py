@@ -60,6 +60,11 @@ class FP8Backend(PrecisionBackend):
         self.selection = f"FP8 backend {self.library!r}: asked for by name"
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
 
+    def describe(self) -> str:
+        level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
+        params = ", fp8_params" if self.recipe.fp8_params else ""
+        return f"fp8 ({self.library}, {self.scaling} scaling{level}, base {self.recipe.base_precision}{params})"
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(name='fp8', backend={self.library!r}, base_precision="
