@@ -20,6 +20,7 @@ from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
 from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.accelerator.data import PreparedDataLoader
+from accel.accelerator.data_config import check_dataloader_config
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.gradient_state import GradientState
 from accel.accelerator.memory import release_memory
@@ -80,6 +81,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         options.dynamo_backend(dynamo_backend)
         self.rng_types = options.rng_types(rng_types)
         self.dataloader_config = options.dataloader_config(dataloader_config, split_batches, even_batches)
+        check_dataloader_config(self.dataloader_config)
         plugin = options.accumulation_plugin(gradient_accumulation_plugin, gradient_accumulation_steps)
         self.handlers = options.with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
         precision = options.setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
@@ -260,7 +262,9 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
                 "process (each process reads its own part), so there is nothing to slice. Drop the argument."
             )
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
-        wrapped = PreparedDataLoader(data_loader, self.device, self.gradient_state, place, self.process_state)
+        wrapped = PreparedDataLoader(
+            data_loader, self.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
+        )
         self._dataloaders.append(wrapped)
         return wrapped
 

@@ -1,41 +1,53 @@
 """Splitting a DataLoader between processes: each gets a disjoint part of every epoch.
 
 The user's DataLoader is rebuilt around a batch sampler that hands each process its part, keeping
-the dataset, batch size (per process), collate_fn, workers, drop_last, shuffling and generator.
+the dataset, collate_fn, workers, drop_last, shuffling and generator.
 
 Global step s of W processes with per-process batch B covers samples [s*W*B, (s+1)*W*B) of the
 epoch's order, process r taking the r-th block of B. Together they see exactly the batch one
 process with batch W*B would see, in the same order: training with W processes of batch B
-follows training with one process of batch W*B. A last, short global batch is split evenly and
-padded with samples from the start of the epoch, so that every process takes the same number of
-steps (DDP needs that); `gather_for_metrics` drops those duplicates again.
+follows training with one process of batch W*B. With `split_batches` the DataLoader's batch size
+is that global batch: each process takes batch_size / W of each batch it yields.
 
-The epoch's order is drawn as torch's RandomSampler draws it (a seed from the global RNG, or the
-DataLoader's generator), once per epoch, then taken from process 0 on every process: the shards
-stay disjoint even when the processes' RNGs differ. Other samplers and batch samplers are run on
-process 0, and its list of batches is sent to all. A DistributedSampler the script made itself is
-kept as it is (its epoch is set at each epoch).
+A last, short global batch: with `even_batches` (the default) it is split evenly and padded with
+samples from the start of the epoch, so that every process takes the same number of steps (DDP
+needs that); `gather_for_metrics` drops those duplicates again. With `even_batches=False`
+(Accelerate's meaning) process r takes its block of B as it is, or nothing when the block is
+empty: processes may then take different numbers of batches, and their last batches may differ
+in size.
+
+The epoch's order is drawn exactly as torch's RandomSampler draws it (a seed from the global RNG,
+or the sampler's generator), then taken from process 0 on every process: the shards stay
+disjoint even when the processes' RNGs differ. As torch's sampler does, a generator also draws a
+second, unused permutation when the epoch's indices run out, at the step where one process of
+batch W*B would: the next epoch's order depends on it. Other samplers and batch samplers are run
+on process 0, and its list of batches is sent to all. A DistributedSampler the script made
+itself is kept as it is (its epoch is set at each epoch).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Sized
 from typing import Any, TypeGuard
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 from torch.utils.data.distributed import DistributedSampler
 
 from accel.accelerator import operations
+from accel.accelerator.configs import DataLoaderConfiguration
+from accel.accelerator.data_config import SeededRandomSampler, loader_options
 from accel.accelerator.operations import Keep
 from accel.accelerator.state import ProcessState
-
-_LOADER_OPTIONS = (
-    "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
-    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
-)
-"""DataLoader arguments carried over to the rebuilt loader unchanged."""
 
 
 class Sharding:
@@ -48,74 +60,147 @@ class Sharding:
         """For the epoch's last batch (the `batches`-th): the rows of its gather that are not padding."""
         return None
 
+    @contextlib.contextmanager
+    def override_even_batches(self, even_batches: bool) -> Iterator[None]:
+        """Inside the block, split as with `even_batches` (Accelerate's join_uneven_inputs(even_batches=...))."""
+        if not isinstance(even_batches, bool):
+            raise ValueError(f"even_batches={even_batches!r} is not accepted; accepted values: True or False.")
+        self._check_even_batches(even_batches)
+        before = getattr(self, "even_batches", None)
+        if before is None:  # one process: nothing is split or padded
+            yield
+            return
+        self.even_batches = even_batches
+        try:
+            yield
+        finally:
+            self.even_batches = before
+
+    def _check_even_batches(self, even_batches: bool) -> None:
+        """Raise ValueError when this split cannot follow `even_batches`."""
+
+
+def _part(block: list[int], rank: int, processes: int, size: int, even: bool, start: list[int]) -> list[int]:
+    """Process `rank`'s part of a short global batch `block` (full: `processes` x `size`): with `even`,
+    an equal share of it padded from `start` (the epoch's first indices); else its block of `size`."""
+    if not even:
+        return block[rank * size : (rank + 1) * size]
+    size = math.ceil(len(block) / processes)
+    padded = block + [start[i % len(start)] for i in range(size * processes - len(block))]
+    return padded[rank * size : (rank + 1) * size]
+
 
 class ShardedBatchSampler(Sampler[list[int]], Sharding):
     """This process's block of each global batch, from RandomSampler's or SequentialSampler's order."""
 
     def __init__(self, sampler: RandomSampler | SequentialSampler, batch_size: int, drop_last: bool,
-                 state: ProcessState) -> None:
+                 state: ProcessState, even_batches: bool = True) -> None:
         self.sampler = sampler  # its generator is what checkpoints replay
         self.batch_size = batch_size
         self.drop_last = drop_last
+        self.even_batches = even_batches
         self._state = state
         self._size = len(sampler)
         self._step = batch_size * state.num_processes
 
     def __len__(self) -> int:
-        steps = self._size / self._step
-        return math.floor(steps) if self.drop_last else math.ceil(steps)
+        full, rest = divmod(self._size, self._step)
+        if self.drop_last or rest == 0:
+            return full
+        return full + (1 if self.even_batches or rest > self._state.process_index * self.batch_size else 0)
 
     def __iter__(self) -> Iterator[list[int]]:
-        order = self._order()
-        processes, rank, size = self._state.num_processes, self._state.process_index, self.batch_size
-        for start in range(0, len(self) * self._step, self._step):
-            block = order[start : start + self._step]
-            if len(block) < self._step:  # the last global batch, short: split evenly, pad from the start
-                size = math.ceil(len(block) / processes)
-                block = block + [order[i % len(order)] for i in range(size * processes - len(block))]
-            yield block[rank * size : (rank + 1) * size]
+        order, generator = self._order()
+        rank, size, step = self._state.process_index, self.batch_size, self._step
+        full, rest = divmod(self._size, step)
+        for start in range(0, full * step, step):
+            yield order[start + rank * size : start + (rank + 1) * size]
+        if rest and not self.drop_last:
+            self._run_out(generator)  # torch's sampler runs out while it fills the short batch
+            part = _part(order[full * step :], rank, self._state.num_processes, size, self.even_batches, order)
+            if part:
+                yield part
+        else:
+            self._run_out(generator)  # ... or when asked for the batch after the last
 
     def keep(self, batches: int) -> Keep:
-        real = self._size - (len(self) - 1) * self._step
-        return real if 0 < real < self._step else None
+        rest = self._size % self._step
+        return rest if rest and self.even_batches and not self.drop_last else None
 
-    def _order(self) -> list[int]:
-        """The epoch's order, drawn like the sampler draws it, taken from process 0."""
+    def _order(self) -> tuple[list[int], torch.Generator | None]:
+        """The epoch's order, drawn like the sampler draws it, taken from process 0, and the generator
+        that drew it when it is the sampler's own (None when the sampler's next draw matters to no one)."""
         if isinstance(self.sampler, SequentialSampler):
-            return list(range(self._size))
+            return list(range(self._size)), None
+        if isinstance(self.sampler, SeededRandomSampler):
+            self.sampler.reseed()
         generator = self.sampler.generator
         if generator is None:
             seed = torch.empty((), dtype=torch.int64).random_().reshape(1)
-            generator = torch.Generator()
-            generator.manual_seed(int(operations.broadcast(seed, self._state).item()))
-        else:
-            generator.set_state(operations.broadcast(generator.get_state(), self._state))
-        return torch.randperm(self._size, generator=generator).tolist()
+            local = torch.Generator()
+            local.manual_seed(int(operations.broadcast(seed, self._state).item()))
+            return torch.randperm(self._size, generator=local).tolist(), None
+        generator.set_state(operations.broadcast(generator.get_state(), self._state))
+        return torch.randperm(self._size, generator=generator).tolist(), generator
+
+    def _run_out(self, generator: torch.Generator | None) -> None:
+        """What torch's RandomSampler draws when its indices run out: one more, unused, permutation."""
+        if generator is not None:
+            torch.randperm(self._size, generator=generator)
 
 
 class BatchListShard(Sampler[list[int]], Sharding):
-    """Batches r, r + W, r + 2W, ... of the user's batch sampler, as process 0 draws them."""
+    """Batches r, r + W, r + 2W, ... of the user's batch sampler, as process 0 draws them; with
+    `split_size`, part r (of that size) of every batch instead."""
 
-    def __init__(self, batch_sampler: Sampler[list[int]], state: ProcessState) -> None:
+    def __init__(self, batch_sampler: Sampler[list[int]], state: ProcessState, even_batches: bool = True,
+                 split_size: int | None = None) -> None:
         self.batch_sampler = batch_sampler
         self.sampler = getattr(batch_sampler, "sampler", None)
+        self.even_batches = even_batches
         self._state = state
-        self._sizes: list[int] = []
+        self._split = split_size
+        self._keep: Keep = None
 
     def __len__(self) -> int:
-        return math.ceil(len(self.batch_sampler) / self._state.num_processes)  # type: ignore[arg-type]
+        batches, processes = len(self.batch_sampler), self._state.num_processes  # type: ignore[arg-type]
+        if self._split is not None:
+            return batches
+        if self.even_batches:
+            return math.ceil(batches / processes)
+        return len(range(self._state.process_index, batches, processes))
 
     def __iter__(self) -> Iterator[list[int]]:
         drawn = [list(batch) for batch in self.batch_sampler] if self._state.is_main_process else None
         batches: list[list[int]] = operations.broadcast_object(drawn, self._state)
+        if self._split is not None:
+            yield from self._split_parts(batches)
+            return
         processes = self._state.num_processes
         rounds = math.ceil(len(batches) / processes)
-        self._sizes = [len(batch) for batch in batches[(rounds - 1) * processes :]]
-        padded = batches + batches[: rounds * processes - len(batches)]
+        last_round = [len(batch) for batch in batches[(rounds - 1) * processes :]]
+        self._keep = sum(last_round) if self.even_batches and len(last_round) < processes else None
+        padded = batches + batches[: rounds * processes - len(batches)] if self.even_batches else batches
         yield from padded[self._state.process_index :: processes]
 
+    def _split_parts(self, batches: list[list[int]]) -> Iterator[list[int]]:
+        rank, processes, size = self._state.process_index, self._state.num_processes, self._split
+        assert size is not None
+        start = [index for batch in batches[:processes] for index in batch]
+        for batch in batches:
+            whole = len(batch) == size * processes
+            self._keep = None if whole else len(batch)  # read while the epoch's last batch is in use
+            yield batch[rank * size : (rank + 1) * size] if whole else _part(batch, rank, processes, size, True, start)
+
     def keep(self, batches: int) -> Keep:
-        return sum(self._sizes) if len(self._sizes) < self._state.num_processes else None
+        return self._keep
+
+    def _check_even_batches(self, even_batches: bool) -> None:
+        if self._split is not None and not even_batches:
+            raise ValueError(
+                f"even_batches=False with split_batches=True needs the DataLoader's own BatchSampler over a "
+                f"RandomSampler or SequentialSampler; this one's batch sampler is {type(self.batch_sampler).__name__}."
+            )
 
 
 class KeptDistributedSampler(Sharding):
@@ -135,6 +220,10 @@ class KeptDistributedSampler(Sharding):
     def start_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
 
+    def _check_even_batches(self, even_batches: bool) -> None:
+        if not even_batches:
+            _check_own_sampler(DataLoaderConfiguration(even_batches=False))
+
     def keep(self, batches: int) -> Keep:
         """The sampler pads the epoch's index list at its end, and process r takes positions r, r + W, ..."""
         sampler, processes = self.sampler, self._state.num_processes
@@ -147,29 +236,73 @@ class KeptDistributedSampler(Sharding):
         return rows if len(rows) < processes * size else None
 
 
-def shard_loader(loader: DataLoader[Any], state: ProcessState) -> tuple[DataLoader[Any], Sharding]:
+def shard_loader(loader: DataLoader[Any], state: ProcessState,
+                 config: DataLoaderConfiguration | None = None) -> tuple[DataLoader[Any], Sharding]:
     """The loader each process iterates, and how it is split; in one process, `loader` itself."""
+    config = config or DataLoaderConfiguration()
     if not state.distributed:
         return loader, Sharding()
     _check_shardable(loader)
     if isinstance(loader.sampler, DistributedSampler):
+        _check_own_sampler(config)
         return loader, KeptDistributedSampler(loader.sampler, loader.batch_size or 1, state)
     batch_sampler = loader.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
+    split = _split_size(batch_sampler, state, config) if config.split_batches else None
     if type(batch_sampler) is BatchSampler and _plain_order(sampler):
-        shard: Sampler[list[int]] = ShardedBatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last,
-                                                         state)
+        size = batch_sampler.batch_size if split is None else split
+        shard: Sampler[list[int]] = ShardedBatchSampler(sampler, size, batch_sampler.drop_last, state,
+                                                         config.even_batches)
     else:
-        shard = BatchListShard(batch_sampler, state)  # type: ignore[arg-type]
-    options = {name: getattr(loader, name) for name in _LOADER_OPTIONS if hasattr(loader, name)}
-    return DataLoader(loader.dataset, batch_sampler=shard, **options), shard  # type: ignore[return-value]
+        if split is not None and not config.even_batches:
+            raise ValueError(
+                f"DataLoaderConfiguration(split_batches=True, even_batches=False) needs the DataLoader's own "
+                f"BatchSampler over a RandomSampler or SequentialSampler; this one's batch sampler is "
+                f"{type(batch_sampler).__name__}. Use even_batches=True, or split_batches=False."
+            )
+        shard = BatchListShard(batch_sampler, state, config.even_batches, split)  # type: ignore[arg-type]
+    rebuilt = DataLoader(loader.dataset, batch_sampler=shard, **loader_options(loader))
+    return rebuilt, shard  # type: ignore[return-value]
+
+
+def _split_size(batch_sampler: Any, state: ProcessState, config: DataLoaderConfiguration) -> int:
+    """Each process's share of a batch under `split_batches`; raise unless the batch size divides evenly."""
+    size, processes = getattr(batch_sampler, "batch_size", None), state.num_processes
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise ValueError(
+            f"DataLoaderConfiguration(split_batches=True) splits each batch over the {processes} processes, but this "
+            f"DataLoader's batch sampler {type(batch_sampler).__name__} has no int batch_size (it has {size!r}). "
+            "Give the batch sampler a batch_size attribute, or use split_batches=False."
+        )
+    if size % processes:
+        raise ValueError(
+            f"DataLoaderConfiguration(split_batches=True): the DataLoader's batch_size={size} cannot be split over "
+            f"num_processes={processes}: it must be a multiple of {processes}. Use a batch_size such as "
+            f"{max(processes, size // processes * processes)} (each process then gets batch_size / {processes}), "
+            f"or split_batches=False (each process then gets batches of {size})."
+        )
+    return size // processes
+
+
+def _check_own_sampler(config: DataLoaderConfiguration) -> None:
+    """A DistributedSampler the script built splits the data itself: split_batches, even_batches=False
+    and the seedable sampler cannot change how."""
+    asked = {"split_batches": True, "even_batches": False, "use_seedable_sampler": True}
+    refused = [f"{name}={value}" for name, value in asked.items() if getattr(config, name) == value]
+    if refused:
+        raise ValueError(
+            f"DataLoaderConfiguration({', '.join(refused)}) cannot apply to this DataLoader: its DistributedSampler "
+            "splits, pads and shuffles the data itself. Leave the sampler out (accel then splits the data as "
+            "configured), or use the default for these options."
+        )
 
 
 def _plain_order(sampler: Any) -> TypeGuard[RandomSampler | SequentialSampler]:
     """A SequentialSampler, or a RandomSampler that draws each sample once per epoch."""
     if type(sampler) is SequentialSampler:
         return True
-    return type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    plain = type(sampler) in (RandomSampler, SeededRandomSampler)
+    return plain and not sampler.replacement and sampler._num_samples is None
 
 
 def _check_shardable(loader: DataLoader[Any]) -> None:

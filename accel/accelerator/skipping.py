@@ -1,4 +1,4 @@
-"""`skip_first_batches`: a dataloader that leaves out the first batches of each pass (to resume mid-epoch).
+"""`skip_first_batches`: a dataloader that leaves out the first batches of an epoch (to resume mid-epoch).
 
 Accelerate's meaning: the result yields, on every pass, the batches of the original from
 number `num_batches` on, and its `len()` is shorter by `num_batches`. Scripts use it for the
@@ -7,8 +7,14 @@ first epoch after resuming and the original dataloader afterwards.
 * A plain `torch.utils.data.DataLoader` over a map-style dataset gives a new DataLoader with the
   same settings whose batch sampler drops the first batches, so the skipped samples are never
   loaded. Over an IterableDataset, a DataLoader that reads and drops them.
-* An object with its own `skip_first_batches(num_batches)` method (accel's prepared dataloader)
-  decides itself, so that the skip agrees with the position a checkpoint restored.
+* accel's prepared dataloader gives a `SkippedEpochStart`: a view of that same loader whose
+  next epoch starts at batch `num_batches`, counted from the epoch's start, and whose later
+  epochs are whole. After `load_state` the loader is already positioned inside the saved epoch;
+  skipping counts from that epoch's start too, so an Accelerate script that calls both
+  `load_state` and `skip_first_batches(loader, resume_step)` sees each batch once (see
+  docs/checkpoints.md). Its position is still the prepared loader's: checkpoints and
+  `gather_for_metrics` go on working.
+* Another object with its own `skip_first_batches(num_batches)` method decides itself.
 * Any other iterable with a length: an iterable that reads and drops the first batches.
 """
 
@@ -20,11 +26,7 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
-_LOADER_SETTINGS = (
-    "num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
-    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order",
-)
-"""DataLoader settings carried over to the new loader (the sampling ones are replaced)."""
+from accel.accelerator.data_config import loader_options
 
 
 def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
@@ -35,7 +37,7 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     if callable(own):
         return dataloader.skip_first_batches(num_batches)
     if isinstance(dataloader, DataLoader):
-        return _skipping_loader(dataloader, num_batches)
+        return skipping_loader(dataloader, num_batches)
     if not isinstance(dataloader, Iterable):
         raise TypeError(
             f"skip_first_batches takes a dataloader (an iterable of batches), not {type(dataloader).__name__}."
@@ -43,11 +45,10 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     return SkippedBatches(dataloader, num_batches)
 
 
-def _skipping_loader(loader: DataLoader[Any], num_batches: int) -> DataLoader[Any]:
-    settings = {name: getattr(loader, name) for name in _LOADER_SETTINGS if hasattr(loader, name)}
-    if settings.get("num_workers", 0) == 0:  # DataLoader refuses these without workers
-        settings.pop("prefetch_factor", None)
-        settings.pop("persistent_workers", None)
+def skipping_loader(loader: DataLoader[Any], num_batches: int) -> DataLoader[Any]:
+    """A DataLoader like `loader` (same settings, same sampler and generator, so the same order) that
+    leaves out the first `num_batches` batches of each pass."""
+    settings = loader_options(loader)
     if isinstance(loader.dataset, IterableDataset):
         sizes = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
         return _SkippingDataLoader(loader.dataset, skip_batches=num_batches, **sizes, **settings)
@@ -106,3 +107,42 @@ class SkippedBatches:
         if name == "batches":
             raise AttributeError(name)
         return getattr(self.batches, name)
+
+
+class SkippedEpochStart:
+    """What `skip_first_batches(prepared, n)` returns for a prepared dataloader: iterating it starts
+    an epoch of `prepared` at batch `n` of that epoch (see the module docstring); later passes are
+    whole epochs. Everything else (len excepted) is the prepared loader's."""
+
+    def __init__(self, prepared: Any, num_batches: int) -> None:
+        if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+            raise ValueError(f"skip_first_batches(num_batches={num_batches!r}) is not accepted: give an int >= 0.")
+        self.prepared = prepared
+        self.skip_batches = num_batches
+        self._skipping = num_batches
+        """The skip of the pass to come or under way (0 once a later pass has begun)."""
+        self._passes = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._passes == 0:
+            self._passes = 1
+            return self.prepared._iterate(self.skip_batches)
+        self._passes += 1
+        self._skipping = 0
+        return self.prepared._iterate(None)
+
+    def __len__(self) -> int:
+        """Batches of the pass to come (or under way): the loader's, less those skipped (Accelerate's len)."""
+        return max(0, len(self.prepared) - self._skipping)
+
+    def skip_first_batches(self, num_batches: int = 0) -> SkippedEpochStart:
+        """Skip `num_batches` more at the start of the next epoch (more than this view's, if it has not begun)."""
+        return SkippedEpochStart(self.prepared, self._skipping * (self._passes == 0) + num_batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "prepared":
+            raise AttributeError(name)
+        return getattr(self.prepared, name)
+
+    def __repr__(self) -> str:
+        return f"SkippedEpochStart({self.prepared!r}, num_batches={self.skip_batches})"

@@ -40,6 +40,11 @@ def test_dataloader_config_and_older_keywords_together_are_refused() -> None:
         Accelerator(dataloader_config={"split_batches": True})  # type: ignore[arg-type]
 
 
+def test_a_dataloader_option_accel_cannot_honour_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="dispatch_batches=True"):
+        Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+
+
 def test_the_accumulation_plugin_sets_the_steps() -> None:
     accelerator = Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=4))
     assert accelerator.gradient_accumulation_steps == 4
