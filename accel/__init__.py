@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.accelerator.partial_state import PartialState as PartialState
     from accel.accelerator.skipping import skip_first_batches as skip_first_batches
     from accel.accelerator.types import DistributedType as DistributedType
+    from accel.big_modeling import init_empty_weights as init_empty_weights
+    from accel.big_modeling import init_on_device as init_on_device
+    from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
+    from accel.launchers import debug_launcher as debug_launcher
+    from accel.launchers import notebook_launcher as notebook_launcher
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import FP8RecipeKwargs as FP8RecipeKwargs
@@ -45,6 +50,11 @@ _EXPORTS = {
     "PartialState": "accel.accelerator.partial_state",
     "find_executable_batch_size": "accel.accelerator.memory",
     "skip_first_batches": "accel.accelerator.skipping",
+    "init_empty_weights": "accel.big_modeling",
+    "init_on_device": "accel.big_modeling",
+    "notebook_launcher": "accel.launchers",
+    "debug_launcher": "accel.launchers",
+    "ProfileKwargs": "accel.kwargs_handlers",
 }
 
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]

@@ -36,6 +36,7 @@ from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
 from accel.environment import check_environment
+from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -76,9 +77,10 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         split_batches: bool | None = None,
         even_batches: bool | None = None,
         dynamo_backend: str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
     ) -> None:
         check_environment()
-        options.dynamo_backend(dynamo_backend)
+        options.dynamo_backend(dynamo_plugin.backend if dynamo_plugin is not None else dynamo_backend)
         self.rng_types = options.rng_types(rng_types)
         self.dataloader_config = options.dataloader_config(dataloader_config, split_batches, even_batches)
         check_dataloader_config(self.dataloader_config)

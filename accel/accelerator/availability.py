@@ -1,7 +1,9 @@
-"""Accelerate's `is_*_available` device checks and `is_torch_version`, for scripts that branch on them."""
+"""Accelerate's `is_*_available` checks (devices, precisions, installed libraries) and `is_torch_version`,
+for scripts that branch on them."""
 
 from __future__ import annotations
 
+import importlib.util
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -41,3 +43,58 @@ def is_torch_version(operation: str, version: str) -> bool:
         accepted = ", ".join(_COMPARISONS)
         raise ValueError(f"is_torch_version(operation={operation!r}) is not accepted; use one of {accepted}.")
     return _COMPARISONS[operation](TorchVersion(torch.__version__), version)
+
+
+def _installed(module: str) -> Callable[[], bool]:
+    """An `is_<name>_available()` that says whether `module` can be imported (without importing it)."""
+
+    def available() -> bool:
+        return importlib.util.find_spec(module) is not None
+
+    available.__doc__ = f"True when `{module}` is installed."
+    return available
+
+
+is_tensorboard_available = _installed("tensorboard")
+is_wandb_available = _installed("wandb")
+is_mlflow_available = _installed("mlflow")
+is_aim_available = _installed("aim")
+is_comet_ml_available = _installed("comet_ml")
+is_clearml_available = _installed("clearml")
+is_dvclive_available = _installed("dvclive")
+is_datasets_available = _installed("datasets")
+is_transformers_available = _installed("transformers")
+is_peft_available = _installed("peft")
+is_bnb_available = _installed("bitsandbytes")
+is_torchao_available = _installed("torchao")
+is_transformer_engine_available = _installed("transformer_engine")
+is_msamp_available = _installed("msamp")
+is_deepspeed_available = _installed("deepspeed")
+is_rich_available = _installed("rich")
+is_tqdm_available = _installed("tqdm")
+is_matplotlib_available = _installed("matplotlib")
+is_pytest_available = _installed("pytest")
+is_torch_xla_available = _installed("torch_xla")
+is_torchdata_stateful_dataloader_available = _installed("torchdata")
+
+
+def is_hpu_available(init_hccl: bool = False) -> bool:
+    """True when an Intel Gaudi HPU can be used."""
+    hpu = getattr(torch, "hpu", None)
+    return hpu is not None and bool(hpu.is_available())
+
+
+def is_bf16_available(ignore_tpu: bool = False) -> bool:
+    """True when bfloat16 runs here: on a CUDA GPU that supports it, and always on a CPU (where it
+    may be slow without AVX512-BF16 or AMX: accel warns then)."""
+    return torch.cuda.is_bf16_supported() if torch.cuda.is_available() else True
+
+
+def is_fp16_available() -> bool:
+    """True: float16 runs on every device accel trains on (really autocast and loss-scaled on a CPU)."""
+    return True
+
+
+def is_fp8_available() -> bool:
+    """True: accel's native FP8 runs on any device (the CUDA libraries te/msamp/ao have their own checks)."""
+    return True

@@ -13,7 +13,9 @@ from torch.utils.hooks import RemovableHandle
 from accel.accelerator import checkpointing
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
+from accel.accelerator.io import require_safetensors_writer
 from accel.accelerator.model_files import parse_size, write_model_files
+from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
 
 
@@ -53,6 +55,8 @@ class FilesMixin:
         """
         limit = parse_size("save_model(max_shard_size)", max_shard_size)
         directory = _folder("save_model(save_directory)", save_directory)
+        if safe_serialization:
+            require_safetensors_writer("save_model")  # numpy, which safetensors writes through
         state_dict = self.get_state_dict(model)
         if not self.is_main_process:
             return []
@@ -75,15 +79,20 @@ class FilesMixin:
         """Write a checkpoint of everything needed to resume exactly; returns its folder.
 
         Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).
-        Checkpoints are always safetensors plus weights-only tensors: `safe_serialization=False`
-        is refused, and so are Accelerate's `save_model_func_kwargs`, which accel has no use for.
+        Checkpoints are always safetensors plus weights-only tensors: with `safe_serialization=False`
+        a warning says so and the checkpoint is written the same way; Accelerate's
+        `save_model_func_kwargs`, which accel has no use for, are refused.
         """
-        if safe_serialization is not True or save_model_func_kwargs:
-            given = {"safe_serialization": safe_serialization, **save_model_func_kwargs}
+        if save_model_func_kwargs:
             raise ValueError(
-                f"save_state({', '.join(f'{k}={v!r}' for k, v in given.items())}): accel checkpoints are always "
-                "safetensors and weights-only tensors, never pickles, and take no options for writing the model. "
-                "Drop these arguments."
+                f"save_state({', '.join(f'{k}={v!r}' for k, v in save_model_func_kwargs.items())}): accel takes no "
+                "options for writing the model into a checkpoint. Drop these arguments."
+            )
+        if safe_serialization is not True:
+            warn_once(
+                f"save_state(safe_serialization={safe_serialization!r}): accel checkpoints are always safetensors "
+                "and weights-only tensors, never pickles; the checkpoint is written that way.",
+                category=UserWarning,
             )
         return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]
 

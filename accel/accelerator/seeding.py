@@ -34,3 +34,22 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
+
+
+def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | None = None) -> None:
+    """Give every process the random state of process 0 for each of `rng_types` ("torch", "cuda",
+    "generator" with `generator`); nothing to do in one process. accel's prepared dataloaders do
+    not need this (they share each epoch's order by construction): it is here for scripts."""
+    from accel.accelerator import operations
+    from accel.accelerator.partial_state import current_process_state
+
+    state = current_process_state()
+    for name in rng_types:
+        if name == "torch":
+            torch.set_rng_state(operations.broadcast(torch.get_rng_state(), state))
+        elif name == "cuda" and torch.cuda.is_available():
+            torch.cuda.set_rng_state(operations.broadcast(torch.cuda.get_rng_state(), state))
+        elif name == "generator" and generator is not None:
+            generator.set_state(operations.broadcast(generator.get_state(), state))
+        elif name not in ("cuda", "generator"):
+            raise ValueError(f"synchronize_rng_states: unknown rng type {name!r}; accepted: torch, cuda, generator.")

@@ -1,10 +1,12 @@
 """Gradient synchronisation and agreement between processes: `no_sync`, `trigger_sync_in_backward`,
-`join_uneven_inputs` and the `set_trigger`/`check_trigger` flag (Accelerate's names and meanings)."""
+`join_uneven_inputs`, the `set_trigger`/`check_trigger` flag, and `profile` (Accelerate's names
+and meanings)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -15,12 +17,14 @@ from torch.distributed.algorithms.join import Join, Joinable
 from accel.accelerator import operations
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.state import ProcessState
+from accel.kwargs_handlers import Handlers, ProfileKwargs
 
 
 class SyncMixin:
     """Synchronisation helpers; in one process each is a no-op (nothing to synchronise with)."""
 
     process_state: ProcessState
+    handlers: Handlers
     _dataloaders: list[PreparedDataLoader]
     _trigger: torch.Tensor | None
 
@@ -66,6 +70,19 @@ class SyncMixin:
                     )
                 stack.enter_context(Join(members))
             yield
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[torch.profiler.profile]:
+        """torch.profiler over the block, with the options of `profile_handler` (else the
+        ProfileKwargs given to the Accelerator); each process writes its Chrome trace to
+        `output_trace_dir/trace_<process>.json` when one is set."""
+        options = profile_handler if profile_handler is not None else self.handlers.get(ProfileKwargs)
+        with options.build(self.process_state.device) as profiler:
+            yield profiler
+        if options.output_trace_dir is not None:
+            folder = Path(options.output_trace_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            profiler.export_chrome_trace(str(folder / f"trace_{self.process_state.process_index}.json"))
 
     def set_trigger(self) -> None:
         """Raise this process's flag; the next `check_trigger()` returns True on every process."""

@@ -5,6 +5,7 @@ from accel.kwargs_handlers.base import KwargsHandler
 from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.kwargs_handlers.handlers import Handlers, collect_handlers
+from accel.kwargs_handlers.profile import ProfileKwargs
 
 __all__ = [
     "AutocastKwargs",
@@ -14,5 +15,6 @@ __all__ = [
     "Handlers",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ProfileKwargs",
     "collect_handlers",
 ]

@@ -19,9 +19,12 @@ from accel._validation import closest
 H = TypeVar("H", bound="KwargsHandler")
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class KwargsHandler:
-    """Base class: `to_kwargs()`, `explicit_fields` and accepted alias spellings."""
+    """Base class: `to_kwargs()`, `explicit_fields` and accepted alias spellings.
+
+    Not itself a dataclass, so that a script's own handler may subclass it with a plain
+    `@dataclass` (as in Accelerate) while accel's handlers are frozen ones.
+    """
 
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
 

@@ -10,6 +10,7 @@ from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
 from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.kwargs_handlers.profile import ProfileKwargs
 
 HANDLER_TYPES: tuple[type[KwargsHandler], ...] = (
     AutocastKwargs,
@@ -17,6 +18,7 @@ HANDLER_TYPES: tuple[type[KwargsHandler], ...] = (
     FP8RecipeKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
+    ProfileKwargs,
 )
 
 H = TypeVar("H", bound=KwargsHandler)

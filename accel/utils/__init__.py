@@ -11,10 +11,35 @@ from __future__ import annotations
 from typing import Any
 
 from accel.accelerator.availability import (
+    is_aim_available,
+    is_bf16_available,
+    is_bnb_available,
+    is_clearml_available,
+    is_comet_ml_available,
     is_cuda_available,
+    is_datasets_available,
+    is_deepspeed_available,
+    is_dvclive_available,
+    is_fp8_available,
+    is_fp16_available,
+    is_hpu_available,
+    is_matplotlib_available,
+    is_mlflow_available,
     is_mps_available,
+    is_msamp_available,
     is_npu_available,
+    is_peft_available,
+    is_pytest_available,
+    is_rich_available,
+    is_tensorboard_available,
     is_torch_version,
+    is_torch_xla_available,
+    is_torchao_available,
+    is_torchdata_stateful_dataloader_available,
+    is_tqdm_available,
+    is_transformer_engine_available,
+    is_transformers_available,
+    is_wandb_available,
     is_xpu_available,
 )
 from accel.accelerator.memory import (
@@ -23,7 +48,7 @@ from accel.accelerator.memory import (
     release_memory,
     should_reduce_batch_size,
 )
-from accel.accelerator.seeding import set_seed
+from accel.accelerator.seeding import set_seed, synchronize_rng_states
 from accel.accelerator.skipping import skip_first_batches
 from accel.utils.dataclasses import (
     AutocastKwargs,
@@ -36,8 +61,11 @@ from accel.utils.dataclasses import (
     InitProcessGroupKwargs,
     KwargsHandler,
     PrecisionType,
+    ProfileKwargs,
     ProjectConfiguration,
+    TorchDynamoPlugin,
 )
+from accel.utils.environment import clear_environment, patch_environment, write_basic_config
 from accel.utils.operations import (
     CannotPadNestedTensorWarning,
     broadcast,
@@ -49,6 +77,7 @@ from accel.utils.operations import (
     send_to_device,
     wait_for_everyone,
 )
+from accel.utils.other import extract_model_from_parallel, save, tqdm
 
 _FROM_TRACKING = ("LoggerType",)
 """Names that live in accel.tracking, imported on first use."""
@@ -65,25 +94,50 @@ __all__ = [
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "PrecisionType",
+    "ProfileKwargs",
     "ProjectConfiguration",
+    "TorchDynamoPlugin",
     "broadcast",
     "broadcast_object_list",
     "clear_device_cache",
     "find_executable_batch_size",
     "gather",
     "gather_object",
+    "is_aim_available",
+    "is_bf16_available",
+    "is_bnb_available",
+    "is_clearml_available",
+    "is_comet_ml_available",
     "is_cuda_available",
+    "is_datasets_available",
+    "is_deepspeed_available",
+    "is_dvclive_available",
+    "is_fp16_available",
+    "is_fp8_available",
+    "is_hpu_available",
+    "is_matplotlib_available",
+    "is_mlflow_available",
     "is_mps_available",
+    "is_msamp_available",
     "is_npu_available",
+    "is_peft_available",
+    "is_pytest_available",
+    "is_rich_available",
+    "is_tensorboard_available",
     "is_torch_version",
+    "is_torch_xla_available",
+    "is_torchao_available",
+    "is_torchdata_stateful_dataloader_available",
+    "is_tqdm_available",
+    "is_transformer_engine_available",
+    "is_transformers_available",
+    "is_wandb_available",
     "is_xpu_available",
     "pad_across_processes",
     "reduce",
     "release_memory",
     "send_to_device",
-    "set_seed",
     "should_reduce_batch_size",
-    "skip_first_batches",
     "wait_for_everyone",
     *_FROM_TRACKING,
 ]

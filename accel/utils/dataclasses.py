@@ -10,7 +10,9 @@ from accel.kwargs_handlers import (
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
+    ProfileKwargs,
 )
+from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 
 __all__ = [
     "AutocastKwargs",
@@ -22,6 +24,8 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ProfileKwargs",
+    "TorchDynamoPlugin",
     "PrecisionType",
     "ProjectConfiguration",
 ]

@@ -19,6 +19,7 @@ from accel.accelerator.checkpointing.project import check_folder
 from accel.accelerator.checkpointing.serialization import save_tensors, save_torch
 from accel.accelerator.checkpointing.state import Snapshot, collect
 from accel.accelerator.checkpointing.writer import publish_folder, remove_folder, write_file
+from accel.accelerator.io import require_safetensors_writer
 
 if TYPE_CHECKING:
     from accel.accelerator.accelerator import Accelerator
@@ -30,6 +31,7 @@ def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | No
     With several processes, every process must call it: all take part in gathering the state,
     the main process alone writes, and every process returns its folder (or raises its error).
     """
+    require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
     snapshot = collect(accelerator)
     target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
     accelerator.save_iteration = iteration + 1

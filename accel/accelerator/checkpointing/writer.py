@@ -48,6 +48,8 @@ def write_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
             write(recorder)  # type: ignore[arg-type]
             file.flush()
             os.fsync(file.fileno())
+    except ImportError:
+        raise  # a library that is not installed is itself, not a disk problem
     except Exception as exc:
         raise _write_error(path, recorder.error if recorder is not None and recorder.error else exc) from exc
 
@@ -58,6 +60,8 @@ def write_path(path: Path, save: Callable[[Path], Any]) -> None:
         save(path)
         with open(path, "rb") as file:
             os.fsync(file.fileno())
+    except ImportError:
+        raise  # a library that is not installed is itself, not a disk problem
     except Exception as exc:
         raise _write_error(path, exc) from exc
 

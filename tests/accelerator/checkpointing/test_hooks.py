@@ -60,8 +60,11 @@ def test_hooks_must_be_callable_and_options_accel_has_no_use_for_are_refused(tmp
     accelerator, _, _ = _setup()
     with pytest.raises(TypeError, match="give a function"):
         accelerator.register_save_state_pre_hook("not a function")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="safe_serialization=False"):
-        accelerator.save_state(tmp_path / "x", safe_serialization=False)
+    with pytest.warns(UserWarning, match="safe_serialization=False.*always safetensors"):
+        folder = accelerator.save_state(tmp_path / "x", safe_serialization=False)
+    assert (folder / "model.safetensors").is_file()
+    with pytest.raises(ValueError, match="max_shard_size='1GB'"):
+        accelerator.save_state(tmp_path / "y", max_shard_size="1GB")
     with pytest.raises(ValueError, match="load_kwargs"):
         accelerator.load_state(tmp_path / "x", load_kwargs={"map_location": "cpu"})
 

@@ -7,6 +7,7 @@ from launching import report
 from torch import nn
 
 from accel import Accelerator
+from accel.utils import synchronize_rng_states
 
 accelerator = Accelerator(cpu=True)
 rank = accelerator.process_index
@@ -57,5 +58,8 @@ with accelerator.no_sync(model):
     with accelerator.trigger_sync_in_backward(model):
         model(torch.full((1, 2), float(rank))).sum().backward()
 report("synced_grad", model.module.weight.grad.tolist())
+torch.manual_seed(100 + rank)
+synchronize_rng_states(["torch"])
+report("rng", torch.rand(1).item())
 accelerator.end_training()
 report("done", True)

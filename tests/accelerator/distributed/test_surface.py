@@ -30,4 +30,6 @@ def test_process_helpers_agree_across_two_real_processes() -> None:
     # Both take part in rank 0's 3 all-reduces; rank 1's last 2 all-reduce with the joined rank 0's zeros.
     assert run.of("grad") == [[[1.0, 1.0]], [[0.5, 0.5]]]
     assert run.of("synced_grad") == [[[0.5, 0.5]], [[0.5, 0.5]]]
+    rng = run.of("rng")
+    assert rng[0] == rng[1]
     assert run.of("done") == [True, True]

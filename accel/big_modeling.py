@@ -1,0 +1,47 @@
+"""`init_empty_weights` and `init_on_device`: build a model without allocating its weights
+(Accelerate's `accelerate.big_modeling` names; the offloading and dispatch parts are not provided)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def init_on_device(device: torch.device | str, include_buffers: bool = False) -> Iterator[None]:
+    """Create every parameter (and buffer, with `include_buffers`) built inside the block on `device`.
+
+    With `include_buffers=True` everything goes there (torch's device context); otherwise only
+    parameters move, so buffers such as position ids keep their real values on the CPU.
+    """
+    device = torch.device(device)
+    if include_buffers:
+        with device:
+            yield
+        return
+    register = nn.Module.register_parameter
+
+    def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None:
+            moved = module._parameters[name]
+            assert moved is not None
+            extra: dict[str, Any] = dict(moved.__dict__)
+            extra["requires_grad"] = moved.requires_grad
+            module._parameters[name] = type(moved)(moved.to(device), **extra)
+
+    nn.Module.register_parameter = register_on_device  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def init_empty_weights(include_buffers: bool = False) -> contextlib.AbstractContextManager[None]:
+    """Build a model on the meta device: shapes and dtypes, no memory (load real weights afterwards,
+    e.g. with `model.to_empty(device=...)` and `load_state_dict`)."""
+    return init_on_device("meta", include_buffers=include_buffers)

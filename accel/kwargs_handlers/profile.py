@@ -1,0 +1,61 @@
+"""Options of `accelerator.profile()`: torch.profiler's own (Accelerate's ProfileKwargs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from accel._validation import check_bool, choice_error
+from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
+
+_ACTIVITIES = {
+    "cpu": torch.profiler.ProfilerActivity.CPU,
+    "cuda": torch.profiler.ProfilerActivity.CUDA,
+    "xpu": getattr(torch.profiler.ProfilerActivity, "XPU", None),
+}
+_SCHEDULE_KEYS = ("wait", "warmup", "active", "repeat", "skip_first")
+
+
+@kwargs_handler()
+class ProfileKwargs(KwargsHandler):
+    """What `accelerator.profile()` records (fields of torch.profiler.profile, Accelerate's names)."""
+
+    activities: tuple[str, ...] | None = None
+    """"cpu", "cuda", "xpu"; None: the CPU and this process's accelerator."""
+    schedule_option: Mapping[str, int] | None = None
+    """torch.profiler.schedule's wait/warmup/active/repeat/skip_first; None records every step."""
+    on_trace_ready: Callable[[Any], None] | None = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+    """Where each process writes its Chrome trace (`trace_<process>.json`) when the block ends."""
+
+    def __post_init__(self) -> None:
+        for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
+            check_bool(f"ProfileKwargs.{name}", getattr(self, name))
+        for activity in self.activities or ():
+            if _ACTIVITIES.get(activity) is None:
+                raise choice_error("ProfileKwargs.activities", activity, [k for k, v in _ACTIVITIES.items() if v])
+        unknown = sorted(set(self.schedule_option or {}) - set(_SCHEDULE_KEYS))
+        if unknown:
+            raise ValueError(f"ProfileKwargs.schedule_option has unknown keys {unknown}; accepted: {_SCHEDULE_KEYS}.")
+
+    def build(self, device: torch.device) -> torch.profiler.profile:
+        """The torch profiler these options describe, for a process training on `device`."""
+        names = self.activities or ("cpu", *((device.type,) if device.type in _ACTIVITIES else ()))
+        schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
+        return torch.profiler.profile(
+            activities=[_ACTIVITIES[name] for name in dict.fromkeys(names)],
+            schedule=schedule,
+            on_trace_ready=self.on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+        )

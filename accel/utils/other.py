@@ -1,0 +1,44 @@
+"""Small helpers scripts import from `accelerate.utils`: `extract_model_from_parallel`, `save`, `tqdm`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel.accelerator import model as model_utils
+from accel.accelerator.partial_state import PartialState
+
+
+def extract_model_from_parallel(
+    model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+) -> nn.Module:
+    """The user's model without DDP/DataParallel (what `accelerator.unwrap_model` returns)."""
+    return model_utils.unwrap_model(model, keep_fp32_wrapper=keep_fp32_wrapper, keep_torch_compile=keep_torch_compile)
+
+
+def save(obj: Any, f: str | Path, save_on_each_node: bool = False, safe_serialization: bool = False) -> None:
+    """Save `obj` on the main process (on each machine's first with `save_on_each_node`): torch.save,
+    or a safetensors file with `safe_serialization=True` (then `obj` must be a dict of tensors)."""
+    state = PartialState()
+    if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
+        return
+    if safe_serialization:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})
+    else:
+        torch.save(obj, f)
+
+
+def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
+    """tqdm's progress bar, shown on each machine's first process only unless `main_process_only=False`."""
+    try:
+        from tqdm.auto import tqdm as progress_bar
+    except ImportError:
+        raise ImportError("accel.utils.tqdm needs tqdm: pip install tqdm") from None
+    if main_process_only and not PartialState().is_local_main_process:
+        kwargs["disable"] = True
+    return progress_bar(*args, **kwargs)
