@@ -59,6 +59,12 @@ class MLflowTracker(GeneralTracker):
             return None
         return "sqlite:///" + str(Path(self.logging_dir).resolve() / STORE_FILE)
 
+    def _local_artifact_uri(self) -> str | None:
+        """Artifacts of a new experiment go beside the local store (MLflow's default is ./mlruns)."""
+        if self.logging_dir is None or self.tracking_uri != self._local_store_uri():
+            return None
+        return (Path(self.logging_dir).resolve() / "mlartifacts").as_uri()
+
     @staticmethod
     def missing_install() -> str | None:
         """None when mlflow (and, for the default SQLite store, SQLAlchemy and Alembic) is installed."""
@@ -79,7 +85,9 @@ class MLflowTracker(GeneralTracker):
         if found:
             experiment_id = found[0].experiment_id
         else:
-            experiment_id = mlflow.create_experiment(name=self.experiment_name, tags=self.tags)
+            experiment_id = mlflow.create_experiment(
+                name=self.experiment_name, tags=self.tags, artifact_location=self._local_artifact_uri()
+            )
         self.active_run = mlflow.start_run(
             run_id=self.run_id, experiment_id=experiment_id, run_name=self.run_name,
             nested=self.nested_run, tags=self.tags, description=self.description,
@@ -121,6 +129,27 @@ class MLflowTracker(GeneralTracker):
         if skipped:
             warnings.warn(f"MLflow metrics are numbers: {skipped} were not logged to MLflow.", stacklevel=3)
         mlflow.log_metrics(metrics, step=step, **kwargs)
+
+    @on_main_process
+    def log_artifact(self, local_path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Copy the file `local_path` into the run's artifacts (under `artifact_path`)."""
+        import mlflow
+
+        mlflow.log_artifact(local_path=str(local_path), artifact_path=artifact_path)
+
+    @on_main_process
+    def log_artifacts(self, local_dir: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Copy every file of the folder `local_dir` into the run's artifacts."""
+        import mlflow
+
+        mlflow.log_artifacts(local_dir=str(local_dir), artifact_path=artifact_path)
+
+    @on_main_process
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """A matplotlib or plotly figure, saved as the artifact `artifact_file` (say "loss.png")."""
+        import mlflow
+
+        mlflow.log_figure(figure=figure, artifact_file=artifact_file, **save_kwargs)
 
     @on_main_process
     def finish(self) -> None:

@@ -77,6 +77,13 @@ class TensorBoardTracker(GeneralTracker):
         self.writer.flush()
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Images (arrays or tensors, HWC by default: pass dataformats= for others), one tag each."""
+        for tag, images in values.items():
+            self.writer.add_images(tag, images, global_step=step, **kwargs)
+        self.writer.flush()
+
+    @on_main_process
     def finish(self) -> None:
         """Close the writer (flushes the event file)."""
         self.writer.close()

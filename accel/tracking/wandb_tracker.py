@@ -62,6 +62,23 @@ class WandBTracker(GeneralTracker):
         self.run.log(values, step=step, **kwargs)
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value a list of images (arrays, tensors or PIL images), logged as `wandb.Image`s."""
+        import wandb
+
+        self.run.log({key: [wandb.Image(image) for image in images] for key, images in values.items()},
+                     step=step, **kwargs)
+
+    @on_main_process
+    def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
+                  dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:
+        """A `wandb.Table` from `columns` and `data` rows, or from a pandas `dataframe`."""
+        import wandb
+
+        table = wandb.Table(columns=columns, data=data, dataframe=dataframe)
+        self.run.log({table_name: table}, step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         """Finish the run (offline: writes the run's files; online: waits for the upload)."""
         self.run.finish()

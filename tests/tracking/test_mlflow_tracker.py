@@ -51,3 +51,31 @@ def test_mlflow_environment_variables_win_as_in_accelerate(tmp_path: Path, monke
     tracker = MLflowTracker("proj", logging_dir=tmp_path / "logs")
     assert (tracker.tracking_uri, tracker.experiment_name, tracker.tags) == (
         f"sqlite:///{tmp_path}/elsewhere.db", "from-env", {"k": "v"})
+
+
+def test_artifacts_and_figures_land_beside_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.txt").write_text("a")
+    tracker = MLflowTracker("artifacts", logging_dir=tmp_path / "logs")
+    tracker.start()
+    tracker.log_artifact(tmp_path / "notes.txt")
+    tracker.log_artifacts(tmp_path / "folder", artifact_path="more")
+    figure, axes = plt.subplots()
+    axes.plot([1, 2, 3])
+    tracker.log_figure(figure, "curve.png")
+    plt.close(figure)
+    run_id = tracker.tracker.info.run_id
+    tracker.finish()
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/logs/mlflow.db")
+    assert sorted(a.path for a in client.list_artifacts(run_id)) == ["curve.png", "more", "notes.txt"]
+    stored = tmp_path / "logs" / "mlartifacts"
+    assert (next(stored.rglob("notes.txt"))).read_text() == "hello"
+    assert not (tmp_path / "mlruns").exists()

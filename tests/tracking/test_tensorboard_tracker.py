@@ -47,3 +47,14 @@ def test_a_value_tensorboard_cannot_show_raises_naming_the_key(tmp_path: Path) -
     with pytest.raises(TypeError, match="weights"):
         tracker.log({"weights": torch.ones(2)}, step=0)
     tracker.finish()
+
+
+def test_images_land_in_the_event_files(tmp_path: Path) -> None:
+    tracker = TensorBoardTracker("run", tmp_path)
+    tracker.start()
+    tracker.log_images({"samples": torch.rand(2, 8, 8, 3)}, step=3, dataformats="NHWC")
+    tracker.finish()
+    events = EventAccumulator(str(tmp_path / "run"), size_guidance={"images": 0})
+    events.Reload()
+    images = events.Images("samples")
+    assert [(image.step, image.width, image.height) for image in images] == [(3, 16, 8)]  # a grid of the 2
