@@ -13,11 +13,11 @@ from collections.abc import Mapping
 
 from accel import settings
 from accel._validation import closest
-from accel._warnings import warn_once
+from accel._warnings import SAID_VARIABLE, warn_once
 
 CONFIG_FILE_VARIABLE = settings.ENV_PREFIX + "CONFIG_FILE"
 """Where `accel` commands look for config.yaml (not a setting: it chooses where settings come from)."""
-OTHER_VARIABLES: tuple[str, ...] = (CONFIG_FILE_VARIABLE, settings.ENV_PREFIX + "LOG_LEVEL")
+OTHER_VARIABLES: tuple[str, ...] = (CONFIG_FILE_VARIABLE, settings.ENV_PREFIX + "LOG_LEVEL", SAID_VARIABLE)
 """ACCEL_* variables that are not settings. A new one must be added here, or the Accelerator warns about it."""
 
 

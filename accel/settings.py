@@ -305,14 +305,22 @@ MAIN_PROCESS_PORT = Setting(
     help="port on machine 0 for the rendezvous (one machine: a free port when not given)",
 )
 GPU_IDS = Setting("gpu_ids", GpuIdsKind(), "all", help="GPUs to use on this machine: all, or indices such as 0,1")
+COLLECTIVE_TIMEOUT = Setting(
+    "collective_timeout", IntKind(minimum=1), None, help="seconds a collective (all-reduce, barrier, ...) waits "
+    "for every process before failing (default 1800); InitProcessGroupKwargs(timeout=) in the script wins",
+)
+RANK_EXIT_GRACE = Setting(
+    "rank_exit_grace", IntKind(minimum=1), None,
+    help="seconds the other processes may run on after one has exited before accel launch stops them (default 30)",
+)
 
 ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS)
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
-LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS)
+LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE)
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
-    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS,
+    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE,
 )
 """Top-level keys of config.yaml, in the order they are written."""
 

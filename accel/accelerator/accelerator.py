@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -36,7 +37,6 @@ from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
 from accel.environment import check_environment
-from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -44,6 +44,7 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     collect_handlers,
 )
+from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
 
@@ -87,9 +88,10 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         plugin = options.accumulation_plugin(gradient_accumulation_plugin, gradient_accumulation_steps)
         self.handlers = options.with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
         precision = options.setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
-        steps = options.setting(GRADIENT_ACCUMULATION_STEPS, options.steps_from(plugin) or gradient_accumulation_steps, options.positive_int)
+        steps_given = options.steps_from(plugin) or gradient_accumulation_steps
+        steps = options.setting(GRADIENT_ACCUMULATION_STEPS, steps_given, options.positive_int)
         self.gradient_accumulation_plugin = plugin or GradientAccumulationPlugin(num_steps=steps)
-        use_cpu = options.setting(USE_CPU, cpu, check_bool)
+        use_cpu = options.setting(USE_CPU, options.forced_cpu(cpu), check_bool)
         self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
         self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
         self.state = AcceleratorState.of(self.process_state, self.precision.name)
@@ -109,7 +111,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         self._save_state_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()  # weak-referenceable, for the
         self._load_state_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()  # hooks' RemovableHandle
         self._trigger: torch.Tensor | None = None
-        self._check_same_setup_on_every_process()
+        options.check_same_setup(self)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -166,8 +168,20 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
 
     @property
     def even_batches(self) -> bool:
-        """Whether samples are repeated so that every process gets the same number of batches."""
+        """Whether samples are repeated so that every process gets the same number of batches
+        (settable, as in Accelerate: dataloaders prepared afterwards follow the new value)."""
         return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        config = dataclasses.replace(self.dataloader_config, even_batches=check_bool("even_batches", value))
+        check_dataloader_config(config)
+        self.dataloader_config = config
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """Whether prepared dataloaders shuffle with the seedable sampler (DataLoaderConfiguration)."""
+        return self.dataloader_config.use_seedable_sampler
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -185,17 +199,19 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         return self.precision.stats()
 
     # ----------------------------------------------------------------- prepare
-    def prepare(self, *objects: Any) -> Any:
+    def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
         """Prepare models, optimizers, schedulers and dataloaders, given in any order.
 
         Returns the prepared objects in the order given (one object: that object itself);
-        objects of other types pass through unchanged.
+        objects of other types pass through unchanged. `device_placement`, one bool per object,
+        overrides the Accelerator's for each.
         """
+        placements = options.placements(device_placement, len(objects))
         result = list(objects)
         for accepts, prepare in self._preparers():
             for index, obj in enumerate(result):
                 if accepts(obj):
-                    result[index] = prepare(obj)
+                    result[index] = prepare(obj, device_placement=placements[index])
         self.precision.after_prepare(self._models, self._optimizers)
         prepare_checks.check_orphan_optimizers(
             self._models, self._optimizers, self.precision, self._orphan_optimizers_warned
@@ -246,8 +262,9 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         self._optimizers.append(wrapped)
         return wrapped
 
-    def prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
-        """Wrap `scheduler` so that it advances once per optimizer step that really happened."""
+    def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
+        """Wrap `scheduler` so that it advances once per optimizer step that really happened
+        (`device_placement` is accepted for symmetry: a scheduler has nothing to place)."""
         owner = scheduler.optimizer
         optimizers = [o for o in self._optimizers if owner in (o, o.optimizer, o.original)]
         wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
@@ -263,6 +280,10 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
                 "prepare_data_loader(slice_fn_for_dispatch=...): accel does not dispatch batches from the main "
                 "process (each process reads its own part), so there is nothing to slice. Drop the argument."
             )
+        if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
+            if not any(d is data_loader for d in self._dataloaders):
+                self._dataloaders.append(data_loader)
+            return data_loader
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
         wrapped = PreparedDataLoader(
             data_loader, self.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
@@ -358,22 +379,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         if self.process_state.distributed:
             self.wait_for_everyone()
             distributed.leave_process_group()
-
-    def _check_same_setup_on_every_process(self) -> None:
-        """Compare this process's configuration with the others' (one small all-gather); raise if any differs."""
-        if not self.process_state.distributed:
-            return
-        recipes = {kind.__name__: self.handlers.get(kind) for kind in self.precision.handler_types}
-        distributed.check_same_setup(
-            distributed.setup_fingerprint(
-                mixed_precision=self.mixed_precision,
-                gradient_accumulation_steps=self.gradient_accumulation_steps,
-                device_type=self.device.type,
-                backend=self.process_state.backend,
-                ddp=self.handlers.get(DistributedDataParallelKwargs),
-                **recipes,
-            )
-        )
 
     def __repr__(self) -> str:
         return (

@@ -73,17 +73,27 @@ def loader_options(loader: DataLoader[Any]) -> dict[str, Any]:
 
 
 class SeededRandomSampler(RandomSampler):
-    """A RandomSampler whose order for epoch e is drawn from its own generator seeded with `seed + e`
-    (Accelerate's SeedableRandomSampler): reproducible across runs, processes and resumes."""
+    """A RandomSampler whose order for epoch e is drawn from its generator seeded with `seed + e`
+    (Accelerate's SeedableRandomSampler, also exported under that name from accel.data_loader):
+    reproducible across runs, processes and resumes.
 
-    def __init__(self, data_source: Any, replacement: bool = False, num_samples: int | None = None, *,
-                 seed: int) -> None:
-        super().__init__(data_source, replacement, num_samples, generator=torch.Generator())
-        self.initial_seed = seed
+    Accelerate's constructor works too: `generator=` (else one of its own) and `data_seed=` (the
+    seed; `seed=` is accel's name for it; neither: `torch.initial_seed()`). As Accelerate's, a pass
+    that runs to its end moves it to the next epoch; a prepared loader also sets the epoch as each
+    of its epochs starts (`set_epoch`)."""
+
+    def __init__(self, data_source: Any, replacement: bool = False, num_samples: int | None = None,
+                 generator: torch.Generator | None = None, *, seed: int | None = None,
+                 data_seed: int | None = None) -> None:
+        if seed is not None and data_seed is not None and seed != data_seed:
+            raise ValueError(f"SeededRandomSampler(seed={seed!r}, data_seed={data_seed!r}): give one seed, not two.")
+        super().__init__(data_source, replacement, num_samples, generator=generator or torch.Generator())
+        chosen = seed if seed is not None else data_seed
+        self.initial_seed = torch.initial_seed() if chosen is None else chosen
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch whose order the next pass draws (the prepared loader sets it as each epoch starts)."""
+        """The epoch whose order the next pass draws."""
         self.epoch = epoch
 
     def reseed(self) -> None:
@@ -93,7 +103,8 @@ class SeededRandomSampler(RandomSampler):
 
     def __iter__(self) -> Any:
         self.reseed()
-        return super().__iter__()
+        yield from super().__iter__()
+        self.epoch += 1
 
 
 def seed_loader(
@@ -107,6 +118,8 @@ def seed_loader(
     sampler = loader.sampler if batch_sampler is None else getattr(batch_sampler, "sampler", None)
     if type(sampler) is SequentialSampler:
         return loader, None  # nothing shuffled, nothing to seed
+    if isinstance(sampler, SeededRandomSampler) and (batch_sampler is None or type(batch_sampler) is BatchSampler):
+        return loader, sampler  # the script's own seedable sampler: kept, with its seed
     if type(sampler) is not RandomSampler or (batch_sampler is not None and type(batch_sampler) is not BatchSampler):
         shown = type(batch_sampler if type(batch_sampler) not in (BatchSampler, type(None)) else sampler).__name__
         raise ValueError(

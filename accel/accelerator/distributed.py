@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import datetime
 import itertools
 import os
 import sys
@@ -26,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from accel.kwargs_handlers import InitProcessGroupKwargs
+from accel.settings import COLLECTIVE_TIMEOUT
 
 _DEFAULT_BACKENDS = {"cuda": "nccl", "xpu": "xccl"}
 """The backend for each device type; any other (the CPU) uses gloo."""
@@ -93,16 +95,34 @@ def join_process_group(layout: Layout, device: torch.device, options: InitProces
     backend = options.backend or default_backend(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    options = dataclasses.replace(options, timeout=collective_timeout(options, os.environ))
     store = _rendezvous(layout, options)
     hook = sys.excepthook  # init_process_group prefixes tracebacks with the rank; destroy puts it back
     dist.init_process_group(
         backend, store=store, rank=layout.rank, world_size=layout.world_size, timeout=options.timeout
     )
     _created[0] = (dist.group.WORLD, hook)
+    timeout_in_force[0] = options.timeout.total_seconds()
     sys.excepthook = _Failure(sys.excepthook)
     if not _exit_hook:
         _exit_hook.append(atexit.register(_leave_at_exit))
     return backend
+
+
+timeout_in_force = [InitProcessGroupKwargs().timeout.total_seconds()]
+"""The collective timeout of the group accel created, in seconds (for the errors that name it)."""
+
+
+def collective_timeout(options: InitProcessGroupKwargs, environ: Mapping[str, str]) -> datetime.timedelta:
+    """How long a collective waits: InitProcessGroupKwargs(timeout=) when given, else ACCEL_COLLECTIVE_TIMEOUT
+    (`accel launch --collective_timeout`, config key collective_timeout), else the handler's default (30 minutes).
+
+    A bad ACCEL_COLLECTIVE_TIMEOUT raises ValueError naming the variable, before any process waits.
+    """
+    if "timeout" in options.explicit_fields:
+        return options.timeout
+    seconds = COLLECTIVE_TIMEOUT.from_env(environ)
+    return options.timeout if seconds is None else datetime.timedelta(seconds=seconds)
 
 
 class _Failure:

@@ -15,7 +15,8 @@ With several processes:
   picklable Python objects. (`pad_across_processes` lives in padding.py.)
 
 Tensors that the backend cannot move (CPU tensors with nccl) travel through the process's device
-and come back where they were.
+and come back where they were. A collective that times out or loses a peer raises CollectiveError
+naming this process's rank and the operation (see collective_errors.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from accel._tree import map_tensors
+from accel.accelerator.collective_errors import named_collective
 from accel.accelerator.state import ProcessState
 
 REDUCTIONS = ("sum", "mean", "max", "min", "none")
@@ -59,6 +61,7 @@ def rebuild(data: Any, tensors: list[torch.Tensor]) -> Any:
     return map_tensors(lambda _: next(supply), data)
 
 
+@named_collective("gather")
 def gather(data: Any, state: ProcessState) -> Any:
     """Every process's tensors, concatenated along the first dimension in rank order."""
     if not state.distributed:
@@ -69,6 +72,7 @@ def gather(data: Any, state: ProcessState) -> Any:
     return rebuild(data, [_gather_one(t, [s[i] for s in shapes], state) for i, t in enumerate(leaves)])
 
 
+@named_collective("reduce")
 def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
     """Each tensor summed (`sum`), averaged (`mean`), or its elementwise maximum (`max`) or minimum
     (`min`) over the processes; `none` returns the input. (Accelerate's `none` sums, and it has no `min`.)"""
@@ -87,6 +91,7 @@ def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
     return rebuild(data, results)
 
 
+@named_collective("gather_for_metrics")
 def gather_for_metrics(data: Any, state: ProcessState, keep: Keep, use_gather_object: bool = False) -> Any:
     """`gather` (or, for data that is not all tensors, a gather of objects with lists concatenated),
     then only the rows `keep` names (see PreparedDataLoader.gathered_rows_to_keep)."""
@@ -118,6 +123,7 @@ def _only_tensors(data: Any) -> bool:
     return False
 
 
+@named_collective("gather_object")
 def gather_objects(obj: Any, state: ProcessState) -> list[Any]:
     """[process 0's object, process 1's, ...] (a list of one in a single process)."""
     if not state.distributed:
@@ -140,6 +146,7 @@ def gather_object(obj: Any, state: ProcessState) -> list[Any]:
     return parts
 
 
+@named_collective("broadcast_object")
 def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> Any:
     """`from_process`'s object, on every process."""
     if not state.distributed:
@@ -149,6 +156,7 @@ def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> An
     return holder[0]
 
 
+@named_collective("broadcast_object_list")
 def broadcast_object_list(objects: list[Any], state: ProcessState, from_process: int = 0) -> list[Any]:
     """Replace, in place, the items of `objects` by `from_process`'s; returns `objects`. Every process
     passes a list of the same length (Accelerate's meaning)."""
@@ -162,6 +170,7 @@ def broadcast_object_list(objects: list[Any], state: ProcessState, from_process:
     return objects
 
 
+@named_collective("broadcast")
 def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
     """`from_process`'s values of every tensor in `data` (a tensor or a nested tuple/list/dict of them),
     written into those tensors on every process (same structure, shapes and dtypes); returns `data`."""
@@ -177,6 +186,7 @@ def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
     return data
 
 
+@named_collective("wait_for_everyone (barrier)")
 def barrier(state: ProcessState) -> None:
     """Wait until every process has reached this point."""
     if state.distributed:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from accel._validation import check_int
+from accel._validation import check_bool, check_int
 from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
 from accel.settings import Setting, fp8_recipe_from_env
@@ -87,6 +87,26 @@ def dynamo_backend(value: Any) -> None:
         )
 
 
+def forced_cpu(cpu: Any) -> bool | None:
+    """The `cpu` keyword as a setting: True forces the CPU; False leaves the environment's choice,
+    as in Accelerate, whose examples pass `cpu=args.cpu` (False unless asked), which must not undo
+    `accel launch --cpu`."""
+    if cpu is None:
+        return None
+    return True if check_bool("cpu", cpu) else None
+
+
+def placements(value: Sequence[bool] | None, count: int) -> list[bool | None]:
+    """`prepare(..., device_placement=[...])`: one bool per object, or None for each."""
+    if value is None:
+        return [None] * count
+    if len(value) != count or not all(isinstance(v, bool) for v in value):
+        raise ValueError(
+            f"prepare(device_placement={value!r}): give one True/False per object passed to prepare ({count} here)."
+        )
+    return list(value)
+
+
 def steps_from(plugin: GradientAccumulationPlugin | None) -> int | None:
     """The accumulation steps a plugin sets (None: take them from the environment or the default)."""
     return None if plugin is None or plugin.num_steps is None else check_int("num_steps", plugin.num_steps, minimum=1)
@@ -129,3 +149,25 @@ def setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> A
             stacklevel=3,
         )
     return checked
+
+
+def check_same_setup(accelerator: Any) -> None:
+    """Compare this process's configuration with the others' (one small all-gather); raise if any
+    differs, naming the setting and the processes (see distributed.check_same_setup)."""
+    from accel.accelerator import distributed
+    from accel.kwargs_handlers import DistributedDataParallelKwargs
+
+    if not accelerator.process_state.distributed:
+        return
+    handlers = accelerator.handlers
+    recipes = {kind.__name__: handlers.get(kind) for kind in accelerator.precision.handler_types}
+    distributed.check_same_setup(
+        distributed.setup_fingerprint(
+            mixed_precision=accelerator.mixed_precision,
+            gradient_accumulation_steps=accelerator.gradient_accumulation_steps,
+            device_type=accelerator.device.type,
+            backend=accelerator.process_state.backend,
+            ddp=handlers.get(DistributedDataParallelKwargs),
+            **recipes,
+        )
+    )

@@ -13,6 +13,7 @@ from typing import Any
 
 from accel.accelerator import operations
 from accel.accelerator.data import PreparedDataLoader
+from accel.accelerator.gradient_state import GradientState
 from accel.accelerator.padding import pad_across_processes
 from accel.accelerator.partial_state import AcceleratorState
 from accel.accelerator.state import ProcessState
@@ -25,6 +26,7 @@ class ProcessMixin:
     process_state: ProcessState
     state: AcceleratorState
     _dataloaders: list[PreparedDataLoader]
+    gradient_state: GradientState
 
     # ----------------------------------------------------------------- where this process stands
     @property
@@ -87,7 +89,8 @@ class ProcessMixin:
         Data other than tensors (or with `use_gather_object=True`) is gathered as Python objects:
         a list from each process is concatenated into one list.
         """
-        keep = next((d.gathered_rows_to_keep() for d in reversed(self._dataloaders) if d.ending), None)
+        active = self.gradient_state.active_dataloader
+        keep = active.gathered_rows_to_keep() if active is not None else None
         return operations.gather_for_metrics(input_data, self.process_state, keep, use_gather_object)
 
     def wait_for_everyone(self) -> None:

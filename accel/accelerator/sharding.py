@@ -22,7 +22,9 @@ disjoint even when the processes' RNGs differ. As torch's sampler does, a genera
 second, unused permutation when the epoch's indices run out, at the step where one process of
 batch W*B would: the next epoch's order depends on it. Other samplers and batch samplers are run
 on process 0, and its list of batches is sent to all. A DistributedSampler the script made
-itself is kept as it is (its epoch is set at each epoch).
+itself is kept as it is (its epoch is set at each epoch). A DataLoader with batch_size=None
+has its sampler's items dealt out as batches (BatchListShard). An IterableDataset is split by
+iterable_sharding.py.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class ShardedBatchSampler(Sampler[list[int]], Sharding):
     def __init__(self, sampler: RandomSampler | SequentialSampler, batch_size: int, drop_last: bool,
                  state: ProcessState, even_batches: bool = True) -> None:
         self.sampler = sampler  # its generator is what checkpoints replay
+        self.batch_sampler: BatchSampler | None = None
+        """The DataLoader's BatchSampler this one replaces (Accelerate's BatchSamplerShard.batch_sampler)."""
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.even_batches = even_batches
@@ -151,16 +155,20 @@ class ShardedBatchSampler(Sampler[list[int]], Sharding):
 
 class BatchListShard(Sampler[list[int]], Sharding):
     """Batches r, r + W, r + 2W, ... of the user's batch sampler, as process 0 draws them; with
-    `split_size`, part r (of that size) of every batch instead."""
+    `split_size`, part r (of that size) of every batch instead. With DataLoader(batch_size=None) it
+    deals out the sampler's items the same way: lists of indices (a BatchSampler given as `sampler`,
+    Accelerate's case) or single indices of a dataset that returns whole batches."""
 
     def __init__(self, batch_sampler: Sampler[list[int]], state: ProcessState, even_batches: bool = True,
-                 split_size: int | None = None) -> None:
+                 split_size: int | None = None, *, sized_items: bool = True) -> None:
         self.batch_sampler = batch_sampler
         self.sampler = getattr(batch_sampler, "sampler", None)
         self.even_batches = even_batches
         self._state = state
         self._split = split_size
         self._keep: Keep = None
+        self._sized_items = sized_items
+        """False: the items are single indices of whole batches (DataLoader(batch_size=None)), rows unknown."""
 
     def __len__(self) -> int:
         batches, processes = len(self.batch_sampler), self._state.num_processes  # type: ignore[arg-type]
@@ -171,15 +179,16 @@ class BatchListShard(Sampler[list[int]], Sharding):
         return len(range(self._state.process_index, batches, processes))
 
     def __iter__(self) -> Iterator[list[int]]:
-        drawn = [list(batch) for batch in self.batch_sampler] if self._state.is_main_process else None
+        drawn = [_item(batch) for batch in self.batch_sampler] if self._state.is_main_process else None
         batches: list[list[int]] = operations.broadcast_object(drawn, self._state)
         if self._split is not None:
             yield from self._split_parts(batches)
             return
         processes = self._state.num_processes
         rounds = math.ceil(len(batches) / processes)
-        last_round = [len(batch) for batch in batches[(rounds - 1) * processes :]]
-        self._keep = sum(last_round) if self.even_batches and len(last_round) < processes else None
+        last_round = batches[(rounds - 1) * processes :]
+        padded_round = self.even_batches and len(last_round) < processes
+        self._keep = sum(len(batch) for batch in last_round) if padded_round else None
         padded = batches + batches[: rounds * processes - len(batches)] if self.even_batches else batches
         yield from padded[self._state.process_index :: processes]
 
@@ -196,11 +205,25 @@ class BatchListShard(Sampler[list[int]], Sharding):
         return self._keep
 
     def _check_even_batches(self, even_batches: bool) -> None:
+        processes = self._state.num_processes
+        if not self._sized_items and even_batches and len(self.batch_sampler) % processes:  # type: ignore[arg-type]
+            raise ValueError(
+                f"prepare: this DataLoader has batch_size=None and its sampler yields {len(self.batch_sampler)} single "  # type: ignore[arg-type]
+                f"indices of whole batches, which do not divide evenly among {processes} processes. With "
+                "even_batches=True accel would repeat whole batches whose rows it cannot count, so gather_for_metrics "
+                f"could not drop them. Use a sampler whose length is a multiple of {processes}, "
+                "DataLoaderConfiguration(even_batches=False), or let the DataLoader batch the samples (batch_size)."
+            )
         if self._split is not None and not even_batches:
             raise ValueError(
                 f"even_batches=False with split_batches=True needs the DataLoader's own BatchSampler over a "
                 f"RandomSampler or SequentialSampler; this one's batch sampler is {type(self.batch_sampler).__name__}."
             )
+
+
+def _item(batch: Any) -> Any:
+    """A batch sampler's batch as a list of indices (a single index stays as it is)."""
+    return batch if isinstance(batch, int) else list(batch)
 
 
 class KeptDistributedSampler(Sharding):
@@ -242,10 +265,16 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState,
     config = config or DataLoaderConfiguration()
     if not state.distributed:
         return loader, Sharding()
-    _check_shardable(loader)
+    if isinstance(loader.dataset, IterableDataset):
+        from accel.accelerator.iterable_sharding import shard_iterable_loader
+
+        return shard_iterable_loader(loader, state, config)
     if isinstance(loader.sampler, DistributedSampler):
         _check_own_sampler(config)
         return loader, KeptDistributedSampler(loader.sampler, loader.batch_size or 1, state)
+    if loader.batch_sampler is None:
+        return _shard_unbatched(loader, state, config)
+    _check_shardable(loader.batch_sampler, "batch sampler")
     batch_sampler = loader.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
     split = _split_size(batch_sampler, state, config) if config.split_batches else None
@@ -253,6 +282,7 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState,
         size = batch_sampler.batch_size if split is None else split
         shard: Sampler[list[int]] = ShardedBatchSampler(sampler, size, batch_sampler.drop_last, state,
                                                          config.even_batches)
+        shard.batch_sampler = batch_sampler
     else:
         if split is not None and not config.even_batches:
             raise ValueError(
@@ -305,21 +335,31 @@ def _plain_order(sampler: Any) -> TypeGuard[RandomSampler | SequentialSampler]:
     return plain and not sampler.replacement and sampler._num_samples is None
 
 
-def _check_shardable(loader: DataLoader[Any]) -> None:
-    """Refuse loaders accel cannot split, saying what to do instead."""
-    if isinstance(loader.dataset, IterableDataset):
-        raise NotImplementedError(
-            "prepare: this DataLoader reads an IterableDataset, which accel cannot split between processes "
-            "(it has no indices to deal out). Build a map-style Dataset (with __len__ and __getitem__), or give "
-            "each process its own stream and leave that DataLoader unprepared (move batches with .to(accelerator.device))."
-        )
-    if loader.batch_sampler is None:
-        raise NotImplementedError(
-            "prepare: this DataLoader has batch_size=None (it yields single samples), which accel does not split "
-            "between processes. Give it a batch_size."
-        )
-    if not isinstance(loader.batch_sampler, Sized):
+def _check_shardable(sampler: Any, what: str) -> None:
+    """Refuse a (batch) sampler accel cannot split, saying what to do instead."""
+    if not isinstance(sampler, Sized):
         raise TypeError(
-            f"prepare: the DataLoader's batch sampler {type(loader.batch_sampler).__name__} has no len(), so it "
+            f"prepare: the DataLoader's {what} {type(sampler).__name__} has no len(), so it "
             "cannot be split into equal parts for every process. Give it a __len__."
         )
+
+
+def _shard_unbatched(loader: DataLoader[Any], state: ProcessState,
+                     config: DataLoaderConfiguration) -> tuple[DataLoader[Any], Sharding]:
+    """batch_size=None: each item of the sampler is a batch. A BatchSampler's lists of indices are split like
+    a batch sampler's batches (Accelerate's case); single indices (a dataset that returns whole batches) go
+    to the processes in turn: process r takes items r, r + W, ... (module docstring of BatchListShard)."""
+    sampler = loader.sampler
+    _check_shardable(sampler, "sampler")
+    lists = isinstance(sampler, BatchSampler)
+    split = _split_size(sampler, state, config) if config.split_batches and lists else None
+    if config.split_batches and not lists:
+        raise ValueError(
+            f"DataLoaderConfiguration(split_batches=True): this DataLoader has batch_size=None and its sampler "
+            f"{type(sampler).__name__} yields single indices (the dataset returns whole batches), which accel cannot "
+            "split between processes. Use split_batches=False (each process then takes every "
+            f"{state.num_processes}-th item), or let the DataLoader batch the samples (give it a batch_size)."
+        )
+    shard = BatchListShard(sampler, state, config.even_batches, split, sized_items=lists)  # type: ignore[arg-type]
+    shard._check_even_batches(config.even_batches)
+    return DataLoader(loader.dataset, sampler=shard, batch_size=None, **loader_options(loader)), shard

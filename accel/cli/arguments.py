@@ -15,10 +15,55 @@ CONFIG_FILE_HELP = "(default: $ACCEL_CONFIG_FILE, else ${XDG_CONFIG_HOME:-~/.con
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (raised as CliError), not usage plus message."""
+    """An ArgumentParser whose errors are one line (raised as CliError), not usage plus message.
+
+    On a parser whose `script_args_dest` is set (`accel launch`), the first positional argument
+    is a script and everything after it is the script's: those arguments are set aside before
+    argparse reads the rest, so that none is taken for a flag (`--num` as an abbreviation of
+    `--num_processes`, `-m`, `--cpu`) or refused as ambiguous.
+    """
+
+    script_args_dest: str | None = None
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see `{self.prog} --help`)", command=self.prog)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self.script_args_dest is None or args is None:
+            return super().parse_known_args(args, namespace)
+        args = list(args)
+        end = self._script_end(args)
+        parsed, unknown = super().parse_known_args(args[:end], namespace)
+        setattr(parsed, self.script_args_dest, args[end:])
+        return parsed, unknown
+
+    def _script_end(self, args: list[str]) -> int:
+        """The index just past the script's name in `args` (len(args) when there is none)."""
+        index = 0
+        while index < len(args):
+            token = args[index]
+            if token == "--":
+                return min(index + 2, len(args))
+            if not token.startswith("-") or token == "-":
+                return index + 1
+            action = self._flag_action(token.split("=", 1)[0])
+            takes_value = action is not None and action.nargs != 0 and "=" not in token
+            index += 2 if takes_value else 1
+        return len(args)
+
+    def _flag_action(self, flag: str) -> argparse.Action | None:
+        """The action of `flag`, or of the one flag it abbreviates; None when unknown (argparse then says so)."""
+        if flag in self._option_string_actions:
+            return self._option_string_actions[flag]
+        if not flag.startswith("--"):
+            return None
+        matches = {a for option, a in self._option_string_actions.items() if option.startswith(flag)}
+        if len(matches) > 1:
+            options = ", ".join(o for o, a in self._option_string_actions.items() if a in matches and o.startswith(flag))
+            self.error(f"ambiguous option: {flag} could match {options}")
+        return matches.pop() if matches else None
 
 
 class _SettingFlag(argparse.Action):

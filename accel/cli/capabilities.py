@@ -66,38 +66,65 @@ def fp8_backend_status(device: Any = None) -> dict[str, str | None]:
     return {name: status[name] for name in FP8_BACKEND_NAMES}
 
 
-def training_device(use_cpu: bool = False) -> Any:
-    """The device a launched script trains on here: the first GPU, or the CPU (asked for, or no GPU)."""
+def training_device(use_cpu: bool = False, gpu_ids: str = "all") -> Any:
+    """The device a launched script trains on here: the first GPU chosen (by `gpu_ids`), or the CPU
+    (asked for, or no GPU)."""
     import torch
 
-    return torch.device("cuda", 0) if gpu_count() and not use_cpu else torch.device("cpu")
+    if use_cpu or not gpu_count():
+        return torch.device("cpu")
+    return torch.device("cuda", 0 if gpu_ids == "all" else int(gpu_ids.split(",")[0]))
 
 
 def precision_status(device: Any) -> dict[str, str | None]:
     """Precision -> None when its backend can be built on `device`, else why not (the backend's own error)."""
     from accel.backends.names import CANONICAL_PRECISIONS
-    from accel.backends.registry import create_backend
     from accel.kwargs_handlers import Handlers
 
-    status: dict[str, str | None] = {}
-    for name in CANONICAL_PRECISIONS:
+    return {name: backend_problem(name, device, Handlers()) for name in CANONICAL_PRECISIONS}
+
+
+BACKEND_REFUSALS = (NotImplementedError, RuntimeError, ValueError, TypeError, ImportError)
+"""What a precision backend raises when it is built for something it cannot run."""
+
+
+def backend_problem(precision: str, device: Any, handlers: Any) -> str | None:
+    """Why the backend of `precision` with `handlers` (an FP8 recipe, say) cannot be built on `device`;
+    None when it can. Its slowness warnings are not shown: callers say that in their own words."""
+    from accel._warnings import collect_precision_warnings
+    from accel.backends.registry import create_backend
+
+    with collect_precision_warnings():
         try:
-            create_backend(name, device, Handlers())
-        except (NotImplementedError, RuntimeError, ValueError, ImportError) as error:
-            status[name] = str(error)
-        else:
-            status[name] = None
-    return status
+            create_backend(precision, device, handlers)
+        except BACKEND_REFUSALS as error:
+            return str(error)
+    return None
 
 
 def speed_note(precision: str, device: Any) -> str | None:
-    """Why `precision` is slow on `device` (no native matrix instructions for its compute dtype), or None."""
+    """Why `precision` is slow on `device` (no native matrix instructions for its compute dtype, or for
+    FP8 its default base precision's), or None."""
+    from accel._warnings import collect_precision_warnings
     from accel.backends.capability import slow_dtype_reason
     from accel.backends.registry import create_backend
     from accel.kwargs_handlers import Handlers
 
-    try:
-        backend = create_backend(precision, device, Handlers())
-    except (NotImplementedError, RuntimeError, ValueError, ImportError):
-        return None
-    return slow_dtype_reason(device, backend.compute_dtype)
+    with collect_precision_warnings():
+        try:
+            backend = create_backend(precision, device, Handlers())
+        except BACKEND_REFUSALS:
+            return None
+    base = getattr(backend, "base", None)  # FP8: what runs outside the FP8 GEMMs decides the speed
+    return slow_dtype_reason(device, base.compute_dtype if base is not None else backend.compute_dtype)
+
+
+def recipe_problem(recipe: Any, device: Any) -> str | None:
+    """Why mixed_precision fp8 with the FP8RecipeKwargs `recipe` cannot run on `device`, or None.
+
+    The FP8 backend's own construction-time checks (backend, scaling, fields it cannot honour,
+    base precision), as `accel launch` passes the recipe: the wizard offers what this accepts.
+    """
+    from accel.kwargs_handlers import Handlers
+
+    return backend_problem("fp8", device, Handlers().with_environment(recipe))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_settings
+from accel.cli.config_check import check_values
 from accel.cli.config_file import config_path, load_config, render, write_atomically
 from accel.cli.errors import CANCELLED, CliError, say, warn
 from accel.cli.launch_plan import refuse_recipe_flags
@@ -56,7 +57,11 @@ def run_default(args: argparse.Namespace) -> int:
         raise CliError(f"{path} exists; pass --force to overwrite it")
     flags = given_settings(args, ALL_SETTINGS)
     refuse_recipe_flags(flags, flags.get(MIXED_PRECISION.name, MIXED_PRECISION.default))
-    write_atomically(path, render({**machine_defaults(gpu_count()), **flags}))
+    values = {**machine_defaults(gpu_count()), **flags}
+    notes = check_values(values)  # a config that cannot run here is not written
+    write_atomically(path, render(values))
+    for note in notes:
+        warn(DEFAULT_COMMAND, note)
     say(DEFAULT_COMMAND, f"wrote {path}")
     return 0
 
@@ -76,6 +81,7 @@ def run_wizard(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, EOFError):
         state = f"{path} left unchanged" if path.exists() else f"{path} not written"
         raise CliError(f"cancelled; {state}", status=CANCELLED) from None
+    check_values(answers)  # the questions offered only what runs: this is the last guard
     write_atomically(path, render(answers))
     say(COMMAND, f"wrote {path}")
     return 0

@@ -1,36 +1,90 @@
-"""`python -m accel.cli.distributed_run <torchrun arguments>`: torch.distributed.run with a one-line failure.
+"""`python -m accel.cli.distributed_run <torchrun arguments> -- script|module TARGET [args]`: torchrun, made strict.
 
-torchrun answers a failing worker with its own traceback and exit status 1. This wrapper runs
-the same launcher (same arguments, same rendezvous) but reports the first failing rank in one
-line and exits with that worker's status, so `accel launch` passes the script's status on.
+torch.distributed.run answers a failing worker with its own traceback and exit status 1, waits
+forever for a worker that outlives the others, and parses the script's arguments with its own
+parser (a script's `--start` is refused as an abbreviation of torchrun's `--start-method`). This
+wrapper runs the same launcher (same arguments, same rendezvous), but:
+
+* the script's arguments never reach torchrun's parser: `accel launch` puts them after `--`;
+* each worker is `python -m accel.cli.worker ...`, which dies with this wrapper and prints a
+  traceback only for the first failure (see worker.py);
+* once a worker has exited, the others get rank_exit_grace seconds (rank_grace.py);
+* a failure is reported in one line naming the rank, with that worker's exit status.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from accel.cli.processes import exit_status, failure_line
+from accel.cli.first_failure import first_record, never_joined_line, repeat_lines
+from accel.cli.processes import SEPARATOR, exit_status, failure_line
+from accel.cli.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
+from accel.cli.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
+from accel.settings import RANK_EXIT_GRACE
+
+UNCAUGHT_EXCEPTION_STATUS = 1
+"""Python's exit status when the script ends with an uncaught exception."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run torch.distributed.run with `argv`; the first failing worker's exit status, else 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if SEPARATOR not in argv or len(argv) < argv.index(SEPARATOR) + 3:
+        print(f"usage: python -m accel.cli.distributed_run <torchrun arguments> {SEPARATOR} script|module TARGET "
+              "[args]  (accel launch runs this)", file=sys.stderr)
+        return 2
+    split = argv.index(SEPARATOR)
+    worker = argv[split + 1:]
+    label = worker[1] if worker[0] == "module" else Path(worker[1]).name
+    try:
+        grace = RANK_EXIT_GRACE.from_env() or DEFAULT_GRACE_S
+    except ValueError as error:  # the user's own variable (a flag or the config file was checked before)
+        print(f"accel launch: {error}", file=sys.stderr)
+        return 2
+    failures = Path(tempfile.mkdtemp(prefix="accel-launch-"))
+    os.environ.update({FAILURES_VARIABLE: str(failures), AGENT_PID_VARIABLE: str(os.getpid())})
+    try:
+        return _run(argv[:split], worker, label, grace, failures)
+    finally:
+        shutil.rmtree(failures, ignore_errors=True)
+
+
+def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, failures: Path) -> int:
+    """torchrun's launcher with `worker` as each process's arguments; failures in one line."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    # The agent logs each failure at ERROR level; the line printed below replaces that.
-    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    label = args.training_script if args.module else Path(args.training_script).name
+    # The agent logs each failure and each stop at WARNING or ERROR level; the line printed below replaces that.
+    for name in ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    args = parse_args([*torchrun_args, "--module", "accel.cli.worker"])
+    args.training_script_args = worker
+    seen: dict[str, Any] = {}
     try:
-        run(args)
+        try:
+            with rank_exit_grace(grace) as seen:
+                run(args)
+        finally:
+            for line in repeat_lines(failures):
+                print(line, file=sys.stderr, flush=True)
     except ChildFailedError as error:
-        rank, failure = error.get_first_failure()
-        print(failure_line(label, failure.exitcode, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
-        return exit_status(failure.exitcode)
+        rank, status = _first_failure(error, failures)
+        never_joined = never_joined_line(first_record(failures), seen.get("running", []), _world_size(args))
+        if never_joined:
+            print(never_joined, file=sys.stderr, flush=True)
+        print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
+        return exit_status(status)
+    except RanksDidNotFinish as error:
+        print(_did_not_finish(error, label, _world_size(args)), file=sys.stderr, flush=True)
+        return 1
     except SignalException as error:
         print(f"accel launch: stopped by {error.sigval.name}; the workers were stopped", file=sys.stderr, flush=True)
         return exit_status(-int(error.sigval))
@@ -38,6 +92,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"accel launch: {_start_failure(error, args, label)}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _first_failure(error: Any, failures: Path) -> tuple[int, int]:
+    """(rank, exit code) of the worker whose traceback was printed, else of torchrun's first failure.
+
+    The first worker to raise may still be tearing down when a later one's exit makes torchrun stop
+    it; it was on its way to Python's status for an uncaught exception, 1, which is reported then.
+    """
+    found = getattr(error, "failures", {})
+    claimed = first_record(failures).get("rank")
+    if claimed in found:
+        return claimed, found[claimed].exitcode if found[claimed].exitcode >= 0 else UNCAUGHT_EXCEPTION_STATUS
+    rank, failure = error.get_first_failure()
+    return rank, failure.exitcode
+
+
+def _did_not_finish(error: RanksDidNotFinish, label: str, world: str) -> str:
+    """One line naming the ranks that were stopped and the ones that had exited."""
+    stuck = ", ".join(str(rank) for rank in error.stuck)
+    exited = ", ".join(f"rank {rank} (status {code})" for rank, code in sorted(error.exited.items()))
+    plural = "s" if len(error.stuck) > 1 else ""
+    return (
+        f"accel launch: {label}: rank{plural} {stuck} of {world} did not finish within {error.grace:g} s after "
+        f"{exited} exited, so accel stopped {'them' if plural else 'it'}. A process that outlives the others "
+        "usually waits for something they never do (a collective that only some processes call) or hangs on its "
+        "own; --rank_exit_grace SECONDS sets the wait."
+    )
 
 
 def _start_failure(error: Exception, args: object, label: str) -> str:

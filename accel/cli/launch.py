@@ -8,6 +8,7 @@ The script's exit status is accel's.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from accel.cli import capabilities
 from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_settings
+from accel.cli.config_check import check_launch
 from accel.cli.config_file import active_config
 from accel.cli.errors import CliError
 from accel.cli.launch_plan import plan_launch
@@ -34,7 +36,9 @@ def add_parser(subparsers: Any) -> None:
     add_launch_flags(parser)
     parser.add_argument("-m", "--module", action="store_true", help="run SCRIPT as a module, like python -m")
     parser.add_argument("script", metavar="script.py", nargs="?", help="the training script (or module, with -m)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed on to the script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed on to the script, "
+                        "all of them: none is read by accel launch")
+    parser.script_args_dest = "script_args"  # see arguments.Parser: what follows the script is the script's
     parser.set_defaults(handler=run, command=COMMAND)
 
 
@@ -66,9 +70,13 @@ def launch(
         _check_script(target[0])
     config = active_config(config_flag, COMMAND)
     plan = plan_launch(flags, config, COMMAND, capabilities.gpu_count, capabilities.cpu_cores())
-    if plan.distributed:
-        return exit_status(run_child(torchrun_command(plan, target, module), plan.env))
-    returncode = run_child(script_command(target, module), plan.env)
+    env = {**plan.env, **check_launch(plan, COMMAND)}  # refuses what cannot run here; says each note once
+    if plan.distributed:  # SIGTERM: the wrapper then stops its workers, which also die with it
+        returncode = run_child(torchrun_command(plan, target, module), env, signal.SIGTERM)
+        if returncode < 0:  # the wrapper reports every other end itself
+            print(failure_line(f"torch.distributed.run (running {target[0]})", returncode), file=sys.stderr, flush=True)
+        return exit_status(returncode)
+    returncode = run_child(script_command(target, module), env)
     if returncode != 0 and report_failure:
         label = target[0] if module else Path(target[0]).name
         print(failure_line(label, returncode), file=sys.stderr, flush=True)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from accel._version import __version__
 from accel.cli import config_command, env, launch, selftest
-from accel.cli.arguments import Parser
 from accel.cli.errors import CANCELLED, CliError
+from accel.cli.suggest import SuggestingParser, unknown_flags_error
 
 DESCRIPTION = (
     "accel runs an ordinary PyTorch training script in the precision you ask for "
@@ -22,8 +22,8 @@ DESCRIPTION = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser, with one subparser per command."""
-    parser = Parser(prog="accel", description=DESCRIPTION)
+    """The top-level parser, with one subparser per command (each a SuggestingParser: typos get "did you mean")."""
+    parser = SuggestingParser(prog="accel", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accel {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test}")
     for command in (config_command, launch, env, selftest):
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, unknown = parser.parse_known_args(argv)
         command = getattr(args, "command", command)
         if unknown:
-            raise CliError(f"unrecognized arguments: {' '.join(unknown)} (see `{command} --help`)")
+            raise unknown_flags_error(parser, command, unknown)
         if not hasattr(args, "handler"):
             parser.print_help()
             return 0

@@ -1,8 +1,8 @@
 """Start the script's processes and hand back its exit status, with one line when it fails.
 
 One process: `python script args` as a child. Several: `python -m accel.cli.distributed_run`
-with torch.distributed.run's own arguments; that wrapper runs torchrun and reports a failing
-rank in one line instead of torchrun's traceback.
+with torch.distributed.run's own arguments, then `--` and the script with its arguments; that
+wrapper runs torchrun and reports a failing rank in one line instead of torchrun's traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from accel.cli.launch_plan import DEFAULT_PORT, LaunchPlan
+from accel.cli.parent_death import child_setup
 
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 
@@ -41,12 +42,18 @@ def script_command(target: Sequence[str], module: bool) -> list[str]:
     return [sys.executable, *(["-m"] if module else []), *target]
 
 
+SEPARATOR = "--"
+"""Between torchrun's arguments and the worker's in the wrapper's command (see distributed_run.py)."""
+
 RENDEZVOUS_TIMEOUT_S = 300
 """How long a machine waits to reach machine 0 before `accel launch` gives up (torchrun's own is 600 s)."""
 
 
 def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> list[str]:
-    """`python -m accel.cli.distributed_run <torch.distributed.run arguments> script args`."""
+    """`python -m accel.cli.distributed_run <torch.distributed.run arguments> -- script|module TARGET args`.
+
+    The script's arguments come after the separator, so torchrun's parser never sees them.
+    """
     layout = ["--nproc_per_node", str(plan.processes_per_machine)]
     port = plan.get("main_process_port")
     machines = plan.get("num_machines")
@@ -59,17 +66,19 @@ def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> l
             "--master_port", str(port if port is not None else DEFAULT_PORT),
             "--rdzv_conf", f"timeout={RENDEZVOUS_TIMEOUT_S}",
         ]
-    return [sys.executable, "-m", "accel.cli.distributed_run", *rendezvous, *layout,
-            *(["--module"] if module else []), *target]
+    worker = ["module" if module else "script", *target]
+    return [sys.executable, "-m", "accel.cli.distributed_run", *rendezvous, *layout, SEPARATOR, *worker]
 
 
-def run_child(command: Sequence[str], env: Mapping[str, str]) -> int:
+def run_child(command: Sequence[str], env: Mapping[str, str], death_signal: int = signal.SIGKILL) -> int:
     """Run `command` with `env` added to this environment; its return code (negative: killed by that signal).
 
     Ctrl-C reaches the child from the terminal, so this process only waits for it; SIGTERM and
-    SIGHUP sent to this process are passed on.
+    SIGHUP sent to this process are passed on. If this process dies, even by SIGKILL, the child
+    gets `death_signal` (on Linux; see parent_death.py).
     """
-    child = subprocess.Popen(list(command), env={**os.environ, **env})
+    setup = child_setup(death_signal)  # one system call in the child; `accel launch` runs no Python thread
+    child = subprocess.Popen(list(command), env={**os.environ, **env}, preexec_fn=setup)  # noqa: PLW1509
 
     def forward(signum: int, frame: FrameType | None) -> None:
         child.send_signal(signum)

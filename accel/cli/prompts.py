@@ -8,6 +8,7 @@ flag, so an invalid answer shows the reason and is asked again. Ctrl-C and Ctrl-
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,16 +70,34 @@ def _choice_for(choices: list[Any], value: Any) -> Any:
     return next(choice for choice in choices if choice.value == value)
 
 
-def ask_setting(setting: Setting, question: str, default: Any) -> Any:
-    """Ask for `setting` with the prompt its kind calls for: yes/no, a menu of its choices, or text."""
+def ask_setting(
+    setting: Setting, question: str, default: Any, problem: Check | None = None, mark: Callable[[Any], str] | None = None
+) -> Any:
+    """Ask for `setting` with the prompt its kind calls for: yes/no, a menu of its choices, or text.
+
+    `problem` says why a value cannot be used (None when it can): a menu shows such a choice with
+    the reason and does not let it be chosen; a text answer is asked again. `mark` adds a note to
+    a choice's menu line (" [slow on this CPU]").
+    """
     if isinstance(setting.kind, BoolKind):
         return ask_yes_no(question, bool(default))
     if setting.kind.choices:
-        options = [Option(choice, choice) for choice in setting.kind.choices]
+        options = [
+            Option(choice, choice + (mark(choice) if mark else ""), short_reason(problem(choice)) if problem else None)
+            for choice in setting.kind.choices
+        ]
         if isinstance(setting.kind, ChoiceKind) and setting.kind.optional:
             options.insert(0, Option(_NONE, "default (the backend's own)"))
         answer = ask_select(question, options, _NONE if default is None else default)
         return None if answer == _NONE else answer
     if isinstance(setting.kind, PatternsKind):
         question += " (comma-separated, empty for none)"
-    return ask_text(setting, question, default)
+    return ask_text(setting, question, default, check=problem)
+
+
+def short_reason(reason: str | None) -> str | None:
+    """A reason cut to fit a menu line: its first sentence, without a leading "FP8RecipeKwargs(...)"."""
+    if reason is None:
+        return None
+    first = reason.split(". ")[0].rstrip(".")
+    return re.sub(r"^FP8RecipeKwargs\([^)]*\) ", "", first)

@@ -13,12 +13,10 @@ from typing import Any
 
 from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
-from accel.cli.help_text import describe
 from accel.cli.launch_plan import DEFAULT_PORT
-from accel.cli.prompts import Option, ask_select, ask_setting, ask_text, ask_yes_no
+from accel.cli.prompts import Option, ask_select, ask_text, ask_yes_no, short_reason
+from accel.cli.wizard_recipe import SLOW_MARK, ask_recipe
 from accel.settings import (
-    FP8_SETTINGS,
-    FP8_SETTINGS_BY_KEY,
     GPU_IDS,
     GRADIENT_ACCUMULATION_STEPS,
     MACHINE_RANK,
@@ -106,48 +104,30 @@ def _gpu_ids_problem(gpu_ids: str, gpus: int) -> str | None:
     return f"no GPU {missing[0]} here (ids 0 to {gpus - 1})" if missing else None
 
 
-def ask_precision(current: Mapping[str, Any], use_cpu: bool) -> Answers:
-    """Which precision; those that cannot run here are shown with the reason and cannot be chosen."""
-    device = capabilities.training_device(use_cpu)
+def ask_precision(current: Mapping[str, Any], device: Any) -> Answers:
+    """Which precision; those that cannot run on `device` are shown with the reason and cannot be chosen."""
     status = capabilities.precision_status(device)
-    status[RECIPE_PRECISION] = _fp8_unavailable()
+    status[RECIPE_PRECISION] = _fp8_unavailable(device)
     options = []
     for name in CANONICAL_PRECISIONS:
-        slow = capabilities.speed_note(name, device) if status[name] is None else None
-        title = f"{name:<10} {PRECISION_TITLES.get(name, '')}" + (" [slow on this CPU]" if slow else "")
-        options.append(Option(name, title, _short(status[name])))
+        slow = _speed_note(name, device) if status[name] is None else None
+        title = f"{name:<10} {PRECISION_TITLES.get(name, '')}" + (SLOW_MARK if slow else "")
+        options.append(Option(name, title, short_reason(status[name])))
     precision = ask_select("Which precision should training run in?", options, _current(current, MIXED_PRECISION))
-    note = capabilities.speed_note(precision, device)
+    note = _speed_note(precision, device)
     if note:
-        print(f"  note: {note}.")
+        print(f"  note: {precision} will be slow: {note}.")
     return {MIXED_PRECISION.name: precision}
 
 
-def _fp8_unavailable() -> str | None:
-    runnable = [name for name, reason in capabilities.fp8_backend_status().items() if reason is None]
+def _speed_note(precision: str, device: Any) -> str | None:
+    """Why `precision` is slow here; for fp8 nothing yet: its base precision, asked next, decides."""
+    return None if precision == RECIPE_PRECISION else capabilities.speed_note(precision, device)
+
+
+def _fp8_unavailable(device: Any) -> str | None:
+    runnable = [name for name, reason in capabilities.fp8_backend_status(device).items() if reason is None]
     return None if runnable else "no FP8 backend can run here (see `accel env`)"
-
-
-def _short(reason: str | None) -> str | None:
-    """The first sentence of a reason, to fit a menu line."""
-    return None if reason is None else reason.split(". ")[0].rstrip(".")
-
-
-def ask_recipe(current: Mapping[str, Any]) -> Answers:
-    """For fp8: the backend (unavailable ones shown with why), then the recipe fields if the user wants to change them."""
-    backend_setting = FP8_SETTINGS_BY_KEY["backend"]
-    options = [Option(name, name, reason) for name, reason in capabilities.fp8_backend_status().items()]
-    backend = ask_select("Which FP8 backend?", options, _current(current, backend_setting))
-    answers: Answers = {backend_setting.name: backend}
-    fields = [s for s in FP8_SETTINGS if s is not backend_setting]
-    print("FP8 recipe defaults: " + ", ".join(f"{s.yaml_key} {s.format(s.default) or '-'}" for s in fields))
-    if not ask_yes_no("Change any of them?", any(s.name in current for s in fields)):
-        return answers
-    for setting in fields:
-        value = ask_setting(setting, f"{setting.yaml_key}: {describe(setting)}", _current(current, setting))
-        if value != setting.default:
-            answers[setting.name] = value
-    return answers
 
 
 def ask_training(current: Mapping[str, Any]) -> Answers:
@@ -161,8 +141,9 @@ def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
     """Every question group in order; the answers, ready to write as config.yaml."""
     answers = ask_machines(current)
     answers.update(ask_devices(machine, current, answers[NUM_MACHINES.name]))
-    answers.update(ask_precision(current, answers[USE_CPU.name]))
+    device = capabilities.training_device(answers[USE_CPU.name], answers.get(GPU_IDS.name, GPU_IDS.default))
+    answers.update(ask_precision(current, device))
     if answers[MIXED_PRECISION.name] == RECIPE_PRECISION:
-        answers.update(ask_recipe(current))
+        answers.update(ask_recipe(current, device))
     answers.update(ask_training(current))
     return answers

@@ -41,7 +41,8 @@ class InitProcessGroupKwargs(KwargsHandler):
     init_method: str | None = None
     """A URL such as tcp://host:port; None uses the environment that torchrun sets."""
     timeout: datetime.timedelta = datetime.timedelta(minutes=30)
-    """How long collectives wait before failing."""
+    """How long collectives wait for every process before failing. When not given, ACCEL_COLLECTIVE_TIMEOUT
+    (`accel launch --collective_timeout SECONDS`, config key collective_timeout) applies, else 30 minutes."""
 
     def __post_init__(self) -> None:
         if self.backend is not None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
+from typing import TYPE_CHECKING
 
 from accel._validation import check_bool, choice_error
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
 
-_ACTIVITIES = {
-    "cpu": torch.profiler.ProfilerActivity.CPU,
-    "cuda": torch.profiler.ProfilerActivity.CUDA,
-    "xpu": getattr(torch.profiler.ProfilerActivity, "XPU", None),
-}
+if TYPE_CHECKING:  # torch is imported when a profiler is built: the CLI imports handlers without it
+    import torch
+
+_ACTIVITIES = ("cpu", "cuda", "xpu")
 _SCHEDULE_KEYS = ("wait", "warmup", "active", "repeat", "skip_first")
 
 
@@ -39,18 +38,21 @@ class ProfileKwargs(KwargsHandler):
         for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
             check_bool(f"ProfileKwargs.{name}", getattr(self, name))
         for activity in self.activities or ():
-            if _ACTIVITIES.get(activity) is None:
-                raise choice_error("ProfileKwargs.activities", activity, [k for k, v in _ACTIVITIES.items() if v])
+            if activity not in _ACTIVITIES:
+                raise choice_error("ProfileKwargs.activities", activity, _ACTIVITIES)
         unknown = sorted(set(self.schedule_option or {}) - set(_SCHEDULE_KEYS))
         if unknown:
             raise ValueError(f"ProfileKwargs.schedule_option has unknown keys {unknown}; accepted: {_SCHEDULE_KEYS}.")
 
     def build(self, device: torch.device) -> torch.profiler.profile:
         """The torch profiler these options describe, for a process training on `device`."""
+        import torch
+
+        kinds = torch.profiler.ProfilerActivity
         names = self.activities or ("cpu", *((device.type,) if device.type in _ACTIVITIES else ()))
         schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
         return torch.profiler.profile(
-            activities=[_ACTIVITIES[name] for name in dict.fromkeys(names)],
+            activities=[getattr(kinds, name.upper()) for name in dict.fromkeys(names)],
             schedule=schedule,
             on_trace_ready=self.on_trace_ready,
             record_shapes=self.record_shapes,

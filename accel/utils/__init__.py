@@ -51,6 +51,9 @@ from accel.accelerator.memory import (
 from accel.accelerator.seeding import set_seed, synchronize_rng_states
 from accel.accelerator.skipping import skip_first_batches
 from accel.utils.dataclasses import (
+    AORecipeKwargs,
+    MSAMPRecipeKwargs,
+    TERecipeKwargs,
     AutocastKwargs,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
@@ -83,6 +86,9 @@ _FROM_TRACKING = ("LoggerType",)
 """Names that live in accel.tracking, imported on first use."""
 
 __all__ = [
+    "AORecipeKwargs",
+    "MSAMPRecipeKwargs",
+    "TERecipeKwargs",
     "AutocastKwargs",
     "CannotPadNestedTensorWarning",
     "DataLoaderConfiguration",

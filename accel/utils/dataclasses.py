@@ -13,8 +13,12 @@ from accel.kwargs_handlers import (
     ProfileKwargs,
 )
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.kwargs_handlers.fp8_names import AORecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 
 __all__ = [
+    "AORecipeKwargs",
+    "MSAMPRecipeKwargs",
+    "TERecipeKwargs",
     "AutocastKwargs",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",

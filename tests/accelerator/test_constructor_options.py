@@ -122,3 +122,32 @@ def test_decorators_run_here_in_one_process() -> None:
     assert accelerator.on_process(lambda: 3, process_index=1)() is None
     with accelerator.local_main_process_first(), accelerator.split_between_processes([1, 2, 3]) as share:
         assert share == [1, 2, 3]
+
+
+def test_cpu_false_does_not_undo_the_launchers_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_USE_CPU", "1")
+    assert Accelerator(cpu=False).device.type == "cpu"
+    with pytest.raises(TypeError, match="cpu='yes'"):
+        Accelerator(cpu="yes")  # type: ignore[arg-type]
+
+
+def test_even_batches_is_settable_and_later_loaders_follow_it() -> None:
+    accelerator = Accelerator()
+    accelerator.even_batches = False
+    assert accelerator.dataloader_config.even_batches is False
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))
+    assert loader.config.even_batches is False
+    with pytest.raises(TypeError):
+        accelerator.even_batches = "no"  # type: ignore[assignment]
+
+
+def test_prepare_takes_one_device_placement_per_object() -> None:
+    accelerator = Accelerator()
+    layer = nn.Linear(2, 2)
+    model, optimizer = accelerator.prepare(layer, torch.optim.SGD(layer.parameters(), lr=0.1),
+                                           device_placement=[False, True])
+    assert model is layer
+    with pytest.raises(ValueError, match="one True/False per object"):
+        accelerator.prepare(nn.Linear(1, 1), device_placement=[True, False])
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))
+    assert accelerator.prepare(loader) is loader

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -27,6 +28,9 @@ class Wizard:
         env = {**env, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
         self.child = pexpect.spawn(sys.executable, ["-m", "accel", "config", "--config_file", str(config)],
                                    env=env, encoding="utf-8", timeout=20, dimensions=(50, 250))
+        self.transcript = io.StringIO()
+        """Everything the wizard printed, for checks on the whole session."""
+        self.child.logfile_read = self.transcript
 
     def answer(self, question: str, keys: str) -> None:
         self.child.expect(question)
@@ -38,7 +42,10 @@ class Wizard:
         self.answer(question, BACKSPACE * 8 + text + ENTER)
 
     def pick(self, question: str, choices: list[str], choice: str, default: str | None = None) -> None:
-        """Choose `choice` in a menu whose cursor starts on `default` (the first choice when None)."""
+        """Choose `choice` in a menu whose cursor starts on `default` (the first choice when None).
+
+        `choices` are the menu's choices that can be chosen: the cursor skips those shown as unavailable.
+        """
         start = choices.index(default) if default is not None else 0
         self.answer(question, DOWN * (choices.index(choice) - start) + ENTER)
 
@@ -71,20 +78,24 @@ def test_fp8_answers_reach_the_script(clean_env: dict[str, str], tmp_path: Path)
     wizard.child.expect("Which FP8 backend")
     wizard.answer("te \\(TransformerEngine is not installed", ENTER)  # shown, with why it cannot be chosen
     wizard.answer("Change any of them", "y")
+    # scaling comes first; what the native backend cannot run is shown with why, and skipped by the cursor
+    wizard.pick("mxfp8 \\(cannot run on the 'native' FP8 backend", ["default", "delayed", "current"], "delayed")
+    wizard.pick("base_precision", choices_of("base_precision"), "fp16")
     wizard.pick("fp8_format", choices_of("fp8_format"), "E4M3")
     wizard.text("margin", "1")
     wizard.text("amax_history_len", "16")
     wizard.pick("amax_compute_algo", choices_of("amax_compute_algo"), "most_recent")
-    wizard.answer("scaling", ENTER)
     wizard.pick("optimization_level", choices_of("optimization_level"), "O2")
     wizard.answer("use_autocast_during_eval", "y")
     wizard.answer("exclude_modules", "lm_head, blocks.*" + ENTER)
+    wizard.answer("fp8_params", "y")
     wizard.text("Gradient accumulation", "4")
     status, output = wizard.finish()
     assert status == 0, output
-    answered_recipe = {"backend": "native", "fp8_format": "E4M3", "margin": 1, "amax_history_len": 16,
-                       "amax_compute_algo": "most_recent", "optimization_level": "O2",
-                       "use_autocast_during_eval": True, "exclude_modules": ["lm_head", "blocks.*"]}
+    answered_recipe = {"backend": "native", "scaling": "delayed", "base_precision": "fp16", "fp8_format": "E4M3",
+                       "margin": 1, "amax_history_len": 16, "amax_compute_algo": "most_recent",
+                       "optimization_level": "O2", "use_autocast_during_eval": True,
+                       "exclude_modules": ["lm_head", "blocks.*"], "fp8_params": True}
     written = yaml.safe_load(config.read_text())
     assert written == {"mixed_precision": "fp8", "num_processes": 1, "num_machines": 1, "use_cpu": True,
                        "gradient_accumulation_steps": 4, "fp8_config": answered_recipe}
@@ -94,12 +105,53 @@ def test_fp8_answers_reach_the_script(clean_env: dict[str, str], tmp_path: Path)
     assert {k: settings[k] for k in ("mixed_precision", "num_processes", "num_machines", "use_cpu",
                                      "gradient_accumulation_steps")} == {k: v for k, v in written.items() if k != "fp8_config"}
     assert {k: seen["recipe"][k] for k in answered_recipe} == answered_recipe
-    assert seen["recipe"]["scaling"] is None
     assert seen["recipe_explicit"] == sorted(answered_recipe)
-    if "accelerator_error" in seen:  # until the native FP8 backend is wired into the Accelerator
-        assert "not implemented in this version" in seen["accelerator_error"]
-    else:
-        assert seen["accelerator"]["mixed_precision"] == "fp8"
+    assert seen["accelerator"]["mixed_precision"] == "fp8"
+
+
+def test_the_wizard_offers_only_what_the_backend_runs(clean_env: dict[str, str], tmp_path: Path) -> None:
+    """ao honours neither margin nor delayed scaling: they are not offered, and the config it writes runs."""
+    config = tmp_path / "ao.yaml"
+    wizard = Wizard(config, clean_env)
+    wizard.answer("How many machines", ENTER)
+    wizard.answer("How many training processes", ENTER)
+    wizard.pick("Which precision", list(CANONICAL_PRECISIONS), "fp8")
+    wizard.pick("Which FP8 backend", ["native", "ao"], "ao")
+    wizard.child.expect("not used by the 'ao' backend, left at their defaults: margin, amax_history_len, "
+                        "amax_compute_algo, optimization_level, fp8_params")
+    wizard.answer("Change any of them", "y")
+    wizard.child.expect("delayed \\(cannot run on the 'ao' FP8 backend: torchao removed delayed scaling")
+    wizard.pick("mxfp8 \\(", ["default", "current", "rowwise", "rowwise_with_gw_hp"], "rowwise")
+    wizard.pick("base_precision", choices_of("base_precision"), "fp32")
+    wizard.answer("HYBRID \\(cannot run on the 'ao' FP8 backend: it always runs fp8_format='E4M3'", ENTER)  # E4M3
+    wizard.answer("use_autocast_during_eval", ENTER)
+    wizard.answer("exclude_modules", ENTER)
+    wizard.answer("Gradient accumulation", ENTER)
+    status, output = wizard.finish()
+    assert status == 0, output
+    for question in ("margin:", "amax_history_len:", "optimization_level:", "fp8_params:"):
+        assert f"? {question}" not in wizard.transcript.getvalue()
+    written = yaml.safe_load(config.read_text())
+    assert written["fp8_config"] == {"backend": "ao", "scaling": "rowwise", "base_precision": "fp32",
+                                     "fp8_format": "E4M3"}
+    launched = subprocess.run([sys.executable, "-m", "accel", "launch", "--config_file", str(config), str(ROUNDTRIP)],
+                              env=clean_env, capture_output=True, text=True, timeout=120)
+    assert launched.returncode == 0, launched.stderr
+
+
+def test_no_raw_warning_before_the_first_question(clean_env: dict[str, str], tmp_path: Path) -> None:
+    """Slow precisions are marked in the menu and said once after the choice, never as Python warnings."""
+    wizard = Wizard(tmp_path / "c.yaml", clean_env)
+    wizard.answer("How many machines", ENTER)
+    wizard.answer("How many training processes", ENTER)
+    wizard.pick("Which precision", list(CANONICAL_PRECISIONS), "bf16")
+    wizard.answer("Gradient accumulation", ENTER)
+    status, output = wizard.finish()
+    assert status == 0, output
+    transcript = wizard.transcript.getvalue()
+    assert "Warning" not in transcript and "warnings.warn" not in transcript
+    if "[slow on this CPU]" in transcript:  # a CPU without native bf16 matrix instructions
+        assert transcript.count("note: bf16 will be slow") == 1
 
 
 def test_bf16_answers_reach_the_accelerator(clean_env: dict[str, str], tmp_path: Path) -> None:

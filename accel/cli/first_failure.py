@@ -1,0 +1,136 @@
+"""One traceback for one failure: the first failing process prints it, the others are one line each.
+
+When several processes fail the same way (a typo, a bad config: every rank raises the same
+error), torchrun's workers would each print the same traceback. Instead, each worker's
+excepthook (FirstFailure, installed by worker.py) meets the others in a folder that the wrapper
+(distributed_run.py) creates:
+
+* each failing process writes `rank<N>.json`; the first also links it as `first.json` (atomic:
+  exactly one process succeeds, and the claim is complete when it appears) and prints its
+  traceback;
+* a process that fails the same way as the first, or only because the first died under it (a
+  collective that lost its peer), prints nothing and marks its file `"shown": false`;
+* a process with a failure of its own prints its own traceback: it is not a repeat.
+
+After the workers have ended, the wrapper prints one line for each file marked not shown
+(`repeat_lines`) and names the first one's rank (`first_rank`). Stdlib-only (see worker.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+FIRST = "first.json"
+"""The claim of the first process that failed: its rank<N>.json, linked."""
+_LINE_LIMIT = 160
+"""Characters of an error message in a one-line report."""
+
+
+class FirstFailure:
+    """sys.excepthook of a worker: print the traceback unless it repeats the first failure's."""
+
+    def __init__(self, folder: Path, rank: str, previous: Any, hidden_files: tuple[str, ...] = ()) -> None:
+        self.folder, self.rank, self.previous, self.hidden_files = folder, rank, previous, hidden_files
+
+    def __call__(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        tb = _without_frames(tb, self.hidden_files)
+        value = value.with_traceback(tb)
+        summary = "".join(traceback.format_exception_only(kind, value)).strip()
+        record = {"rank": self.rank, "summary": summary, "shown": True,
+                  "operation": getattr(value, "operation", None), "reason": getattr(value, "reason", None)}
+        first = self._claim(record)
+        if first is not None and (first.get("summary") == summary or lost_peer(value)):
+            same = first.get("summary") == summary
+            self._write({**record, "shown": False, "same": same, "first": first.get("rank")})
+            return
+        self.previous(kind, value, tb)
+
+    def _write(self, record: dict[str, Any]) -> Path:
+        mine = self.folder / f"rank{self.rank}.json"
+        mine.write_text(json.dumps(record), encoding="utf-8")
+        return mine
+
+    def _claim(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """None when this process is the first to fail (or the folder is gone); else the first one's record."""
+        claim = self.folder / FIRST
+        try:
+            os.link(self._write(record), claim)
+            return None
+        except FileExistsError:
+            try:
+                return dict(json.loads(claim.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                return None
+        except OSError:  # the folder is gone (the wrapper ended): behave as a plain script
+            return None
+
+
+def lost_peer(error: BaseException) -> bool:
+    """True for the error a process gets when another one died under it (accel's CollectiveError, or gloo's own)."""
+    if type(error).__name__ == "CollectiveError":
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("connection closed by peer" in text or "connection reset by peer" in text)
+
+
+def _without_frames(tb: TracebackType | None, hidden_files: tuple[str, ...]) -> TracebackType | None:
+    """`tb` without its leading frames from `hidden_files` (and frozen runpy): the script's own frames remain."""
+    start = tb
+    while start is not None and (
+        start.tb_frame.f_code.co_filename in hidden_files or start.tb_frame.f_code.co_filename.startswith("<frozen runpy")
+    ):
+        start = start.tb_next
+    return start or tb
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(folder.glob("rank*.json")):
+        try:
+            records.append(dict(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def first_record(folder: Path) -> dict[str, Any]:
+    """The first failing process's record (rank, summary, operation, reason); {} when none claimed it."""
+    try:
+        record = dict(json.loads((folder / FIRST).read_text(encoding="utf-8")))
+        return {**record, "rank": int(record["rank"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def never_joined_line(first: dict[str, Any], running: list[int], world: str) -> str | None:
+    """When the first failure was a collective timeout: one line naming the processes that never joined it."""
+    if first.get("reason") != "timeout" or not running:
+        return None
+    ranks = ", ".join(str(rank) for rank in running)
+    plural = "s" if len(running) > 1 else ""
+    return (
+        f"accel launch: rank{plural} {ranks} of {world} never joined rank {first['rank']}'s {first.get('operation')} "
+        f"within the collective timeout; {'they were' if plural else 'it was'} still running, and stopped"
+    )
+
+
+def repeat_lines(folder: Path) -> list[str]:
+    """One line for each failing process whose traceback was not printed, in rank order."""
+    lines = []
+    for record in sorted(_records(folder), key=lambda r: int(r["rank"]) if str(r.get("rank")).isdigit() else -1):
+        if record.get("shown", True):
+            continue
+        last = str(record.get("summary", "")).strip().splitlines()[-1:] or ["?"]
+        error = last[0] if len(last[0]) <= _LINE_LIMIT else last[0][: _LINE_LIMIT - 3] + "..."
+        if record.get("same"):
+            what = f"failed the same way as rank {record.get('first')} ({error}); its traceback is not repeated"
+        else:
+            where = f" in {record['operation']}" if record.get("operation") else ""
+            what = f"stopped{where} because rank {record.get('first')} failed first"
+        lines.append(f"accel launch: rank {record.get('rank')} {what}")
+    return lines

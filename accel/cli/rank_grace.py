@@ -1,0 +1,94 @@
+"""Stop the processes that have not finished some time after another one exited.
+
+torch.distributed.run waits for every worker until one fails: when rank 0 exits with status 0
+and rank 1 hangs (a sleep, a collective rank 0 never called, a dead lock in I/O), it waits
+forever. `GraceAgent` is torchrun's own LocalElasticAgent with one more rule: once a worker has
+exited, the others get `grace` seconds to exit too; then they are stopped (SIGTERM, SIGKILL a
+few seconds later) and RanksDidNotFinish names them. A worker that exits with an error still
+stops the others at once, as torchrun does.
+
+The rule sees the workers of this machine: on several machines each machine's launcher applies
+it to its own processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+DEFAULT_GRACE_S = 30
+"""Seconds the others may run after the first worker exited, when rank_exit_grace is not given."""
+STOP_TIMEOUT_S = 5
+"""Seconds a stopped worker gets between SIGTERM and SIGKILL."""
+
+
+class RanksDidNotFinish(Exception):
+    """Raised by the agent after it stopped the workers that outlived the grace period."""
+
+    def __init__(self, stuck: list[int], exited: dict[int, int], grace: float) -> None:
+        self.stuck, self.exited, self.grace = stuck, exited, grace
+        super().__init__(f"ranks {stuck} did not finish within {grace:g} s of ranks {sorted(exited)} exiting")
+
+
+def _grace_agent(base: type, grace: float, seen: dict[str, Any]) -> type:
+    """A subclass of torchrun's LocalElasticAgent (`base`) that enforces `grace`.
+
+    When a worker fails, `seen["running"]` lists the ranks that were still running then, which
+    torchrun stopped (by a signal): after a collective timeout, those that never joined it.
+    """
+    from torch.distributed.elastic.agent.server.api import WorkerState
+
+    class GraceAgent(base):  # type: ignore[valid-type,misc]
+        _first_exit: float | None = None
+
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            before = _exit_codes(self._pcontext, worker_group)
+            result = super()._monitor_workers(worker_group)  # on a failure, it stops the others at once
+            if result.state == WorkerState.FAILED:
+                seen["running"] = sorted(
+                    rank for rank, failure in result.failures.items()
+                    if rank in before and before[rank] is None and failure.exitcode < 0
+                )
+            if result.state != WorkerState.HEALTHY:
+                return result
+            codes = _exit_codes(self._pcontext, worker_group)
+            exited = {rank: code for rank, code in codes.items() if code is not None}
+            if not exited:
+                return result
+            now = time.monotonic()
+            if self._first_exit is None:
+                self._first_exit = now
+            elif now - self._first_exit >= grace:
+                stuck = sorted(rank for rank, code in codes.items() if code is None)
+                self._pcontext.close(signal.SIGTERM, STOP_TIMEOUT_S)
+                raise RanksDidNotFinish(stuck, exited, grace)
+            return result
+
+    return GraceAgent
+
+
+def _exit_codes(pcontext: Any, worker_group: Any) -> dict[int, int | None]:
+    """Global rank -> exit code, or None while the worker runs (for workers started as subprocesses)."""
+    handlers = getattr(pcontext, "subprocess_handlers", {}) or {}
+    return {
+        worker_group.workers[local_rank].global_rank: handler.proc.poll()
+        for local_rank, handler in handlers.items()
+    }
+
+
+@contextlib.contextmanager
+def rank_exit_grace(grace: float) -> Iterator[dict[str, Any]]:
+    """While inside, torch.distributed.run's launcher uses the grace-period agent; yields what it saw
+    (`"running"`: the ranks still running when a worker failed)."""
+    from torch.distributed.launcher import api
+
+    original = api.LocalElasticAgent
+    seen: dict[str, Any] = {}
+    api.LocalElasticAgent = _grace_agent(original, grace, seen)
+    try:
+        yield seen
+    finally:
+        api.LocalElasticAgent = original

@@ -1,0 +1,82 @@
+"""One traceback for one failure: when every rank fails the same way, the first rank's traceback
+is printed, and one line for each of the others (before, each rank printed its own copy)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+SAME = """\
+import sys
+{before}
+def check(value):
+    raise ValueError(f"bad value {{value!r}}")
+check(sys.argv[1])
+"""
+
+BARRIER = """\
+import os, time
+from pathlib import Path
+def wait_for_the_other():  # both ranks raise at about the same moment, without a process group
+    Path(f"ready{os.environ['RANK']}").touch()
+    while not Path(f"ready{1 - int(os.environ['RANK'])}").exists():
+        time.sleep(0.01)
+wait_for_the_other()
+"""
+
+REPEAT = re.compile(
+    r"^accel launch: rank (\d) failed the same way as rank (\d) \(ValueError: bad value 'x'\); "
+    r"its traceback is not repeated$", re.MULTILINE,
+)
+
+
+def _launch(run_accel, tmp_path: Path, text: str):
+    script = tmp_path / "crash.py"
+    script.write_text(text)
+    return run_accel("launch", "--num_processes", "2", "--cpu", str(script), "x", timeout=90)
+
+
+@pytest.mark.parametrize("before", [
+    pytest.param("from accel import Accelerator\nAccelerator()", id="after-the-process-group"),
+    pytest.param(BARRIER, id="before-any-process-group"),
+])
+def test_the_same_failure_on_both_ranks_is_one_traceback_and_one_line(run_accel, tmp_path: Path, before: str) -> None:
+    result = _launch(run_accel, tmp_path, SAME.format(before=before))
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
+    assert result.stderr.count("ValueError: bad value 'x'") == 2  # the traceback's last line, and the one line
+    repeats = REPEAT.findall(result.stderr)
+    assert len(repeats) == 1 and {int(r) for r in repeats[0]} == {0, 1}, result.stderr
+    first = int(repeats[0][1])
+    assert result.stderr.strip().splitlines()[-1] == f"accel launch: crash.py exited with status 1 (rank {first} of 2)"
+    # the traceback reads as the script's own: no frame of accel's worker bootstrap or of runpy
+    assert re.search(re.escape(f'File "{tmp_path / "crash.py"}", line ') + r"\d+, in check", result.stderr)
+    assert "accel/cli/worker.py" not in result.stderr and "runpy" not in result.stderr
+
+
+def test_different_failures_keep_their_own_tracebacks(run_accel, tmp_path: Path) -> None:
+    text = BARRIER + "raise ValueError(f\"rank {os.environ['RANK']} has its own problem\")\n"
+    result = _launch(run_accel, tmp_path, text)
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 2, result.stderr
+    assert "ValueError: rank 0 has its own problem" in result.stderr
+    assert "ValueError: rank 1 has its own problem" in result.stderr
+
+
+def test_a_rank_stopped_by_the_others_failure_adds_no_traceback(run_accel, tmp_path: Path) -> None:
+    text = """\
+import torch
+from accel import Accelerator
+accelerator = Accelerator()
+if accelerator.process_index == 0:
+    raise ValueError("bad value 'x'")
+accelerator.reduce(torch.ones(1))  # rank 1 waits here for rank 0, which has failed
+"""
+    result = _launch(run_accel, tmp_path, text)
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "accel launch: crash.py exited with status 1 (rank 0 of 2)"
+    stopped = [line for line in result.stderr.splitlines() if line.startswith("accel launch: rank 1")]
+    assert stopped in ([], ["accel launch: rank 1 stopped in reduce because rank 0 failed first"])
