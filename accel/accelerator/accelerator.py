@@ -184,6 +184,16 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         return self.dataloader_config.use_seedable_sampler
 
     @property
+    def non_blocking(self) -> bool:
+        """Whether batches are copied to the device with non_blocking=True."""
+        return self.dataloader_config.non_blocking
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """Never True: each process reads its own part of the data (DataLoaderConfiguration)."""
+        return self.dataloader_config.dispatch_batches
+
+    @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """torch's GradScaler where the precision scales the loss (fp16), else None."""
         return self.precision.grad_scaler

@@ -1,7 +1,12 @@
-"""Which nn.Linear layers of a model run in FP8: one rule and one report for every backend.
+"""Which linear layers of a model run in FP8: one rule and one report for every backend.
 
-Each layer gets a LayerDecision (converted, or skipped and why); the ConversionReport lists
-them all and sums them up in one line. `plan_conversion` decides, `replace_layers` swaps.
+The linear layers are nn.Linear and transformers' Conv1D (GPT-2's: a Linear whose weight is
+stored transposed, (in, out)); the native backend converts both, te, ao and msamp nn.Linear
+only. Each gets a LayerDecision (converted, or skipped and why); the ConversionReport lists
+them all and sums them up in one line. Every other module that holds a weight matrix (an
+Embedding, nn.MultiheadAttention's in_proj_weight, ...) is listed too, as a HeldWeight with
+the reason it stays out of FP8, so that nothing is left out silently. `plan_conversion`
+decides, `replace_layers` swaps.
 """
 
 from __future__ import annotations
@@ -10,9 +15,12 @@ import fnmatch
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 FP8_ALIGNMENT: int = 16
+LINEAR = "Linear"
+CONV1D = "Conv1D"
 
 # Skip categories, in the order summary() lists them.
 CONVERTED = "converted"
@@ -23,7 +31,14 @@ NOT_ALIGNED = f"{_NOT_ALIGNED_PREFIX}{FP8_ALIGNMENT}"
 EXTRA_STATE = "with extra parameters"
 ROOT = "root module"
 NOT_CALLED = "inside MultiheadAttention"
-_SKIP_ORDER: tuple[str, ...] = (NOT_ALIGNED, EXCLUDED, ALREADY, EXTRA_STATE, NOT_CALLED, ROOT)
+CONV1D_REFUSED = "Conv1D (converted by backend='native' only)"
+_SKIP_ORDER: tuple[str, ...] = (CONV1D_REFUSED, NOT_ALIGNED, EXCLUDED, ALREADY, EXTRA_STATE, NOT_CALLED, ROOT)
+
+CONV1D_REASON = (
+    "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) is not converted: "
+    "this backend's library replaces nn.Linear only; backend='native' converts Conv1D too"
+)
+"""The default reason a backend that converts nn.Linear only gives for a Conv1D."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,8 @@ class LayerDecision:
     out_features: int
     category: str
     reason: str
+    kind: str = LINEAR
+    """LINEAR (nn.Linear or a library's FP8 Linear) or CONV1D (transformers' Conv1D, weight (in, out))."""
 
     @property
     def converted(self) -> bool:
@@ -43,15 +60,34 @@ class LayerDecision:
     def line(self) -> str:
         verdict = "converted" if self.converted else "skipped"
         detail = f": {self.reason}" if self.reason else ""
-        return f"{self.name} ({self.in_features} -> {self.out_features}): {verdict}{detail}"
+        kind = "" if self.kind == LINEAR else f"{self.kind} "
+        return f"{self.name} ({kind}{self.in_features} -> {self.out_features}): {verdict}{detail}"
+
+
+@dataclass(frozen=True)
+class HeldWeight:
+    """A module outside the linear layers that holds a weight matrix, which stays out of FP8, and why."""
+
+    name: str
+    kind: str
+    """The module's class name (Embedding, MultiheadAttention, ...)."""
+    parameter: str
+    shape: tuple[int, ...]
+    reason: str
+
+    def line(self) -> str:
+        shape = "x".join(map(str, self.shape))
+        return f"{self.name} ({self.kind}, {self.parameter} {shape}): not in FP8: {self.reason}"
 
 
 @dataclass(frozen=True)
 class ConversionReport:
-    """Every nn.Linear of the model, converted or skipped, with the reason."""
+    """Every linear layer of the model, converted or skipped, with the reason; and the other
+    modules holding a weight matrix (``others``), which stay out of FP8, with the reason."""
 
     layers: tuple[LayerDecision, ...]
     unmatched_patterns: tuple[str, ...] = ()
+    others: tuple[HeldWeight, ...] = ()
 
     @property
     def converted(self) -> tuple[LayerDecision, ...]:
@@ -67,8 +103,10 @@ class ConversionReport:
         return sum(d.category in (CONVERTED, ALREADY) for d in self.layers)
 
     def summary(self) -> str:
-        """One line, e.g. "FP8: converted 12 of 14 Linear layers (skipped: 1 not a multiple of 16, 1 excluded)"."""
-        line = f"FP8: converted {len(self.converted)} of {len(self.layers)} Linear layers"
+        """One line, e.g. "FP8: converted 12 of 14 Linear layers (skipped: 1 not a multiple of 16, 1 excluded)",
+        ending in "; weight matrices outside FP8: 1 Embedding" where other modules hold one."""
+        kinds = "Linear and Conv1D" if any(d.kind == CONV1D for d in self.layers) else "Linear"
+        line = f"FP8: converted {len(self.converted)} of {len(self.layers)} {kinds} layers"
         if not self.layers:
             line += " (the model has no nn.Linear)"
         categories = {d.category for d in self.layers}
@@ -80,14 +118,18 @@ class ConversionReport:
         ]
         if counts:
             line += f" (skipped: {', '.join(counts)})"
+        if self.others:
+            kinds_held = dict.fromkeys(h.kind for h in self.others)
+            held = ", ".join(f"{sum(h.kind == k for h in self.others)} {k}" for k in kinds_held)
+            line += f"; weight matrices outside FP8: {held}"
         if self.unmatched_patterns:
             names = ", ".join(repr(p) for p in self.unmatched_patterns)
             line += f"; exclude patterns that matched no module: {names}"
         return line
 
     def details(self) -> str:
-        """The summary, then one line per Linear layer."""
-        return "\n".join([self.summary(), *(f"  {d.line()}" for d in self.layers)])
+        """The summary, then one line per linear layer and one per other module holding a weight matrix."""
+        return "\n".join([self.summary(), *(f"  {d.line()}" for d in self.layers), *(f"  {h.line()}" for h in self.others)])
 
     def __str__(self) -> str:
         return self.details()
@@ -100,35 +142,95 @@ def plan_conversion(
     is_converted: Callable[[nn.Module], bool],
     alignment: int = FP8_ALIGNMENT,
     alignment_reason: str = "",
+    conv1d_refusal: str | None = CONV1D_REASON,
 ) -> ConversionReport:
-    """Decide, for every nn.Linear of ``model``, whether it can run in FP8 (changes nothing).
+    """Decide, for every linear layer of ``model``, whether it can run in FP8 (changes nothing).
 
-    Eligible: an nn.Linear (subclasses too) whose in_features and out_features are
-    multiples of 16 (of ``alignment``, where a scaling needs more, with ``alignment_reason``
-    in the report), whose qualified name matches no ``exclude_modules`` pattern
-    (fnmatch), that is not already converted (``is_converted``), is not ``model`` itself,
-    is not the out_proj of an nn.MultiheadAttention (which never calls it), and has no
-    parameters, buffers or submodules beyond weight and bias. Every backend uses this
-    rule, so a model converts the same way on each.
+    Eligible: an nn.Linear (subclasses too), or a transformers Conv1D where
+    ``conv1d_refusal`` is None (else it is skipped with that reason), whose input and
+    output widths are multiples of 16 (of ``alignment``, where a scaling needs more, with
+    ``alignment_reason`` in the report), whose qualified name matches no
+    ``exclude_modules`` pattern (fnmatch), that is not already converted
+    (``is_converted``), is not ``model`` itself, is not the out_proj of an
+    nn.MultiheadAttention (which never calls it), and has no parameters, buffers or
+    submodules beyond weight and bias. Every backend uses this rule, so a model converts
+    the same way on each. The report also lists every other module holding a weight matrix.
     """
     _check_convert_args(model, exclude_modules)
+    rule = _Rule(alignment, alignment_reason, conv1d_refusal)
     decisions: list[LayerDecision] = []
     matched: set[str] = set()
     modules = dict(model.named_modules())
     for name, module in modules.items():
-        if not isinstance(module, nn.Linear) and not is_converted(module):
+        converted = is_converted(module)
+        if not (converted or isinstance(module, nn.Linear) or is_conv1d(module)):
             continue
         patterns = [p for p in exclude_modules if fnmatch.fnmatchcase(name, p)]
         matched.update(patterns)
         parent = modules[name.rpartition(".")[0]] if name else None
-        decision = _decide(name, module, patterns, parent, is_converted(module), (alignment, alignment_reason))
-        decisions.append(decision)
+        decisions.append(_decide(name, module, patterns, parent, converted, rule))
     unmatched = tuple(p for p in exclude_modules if p not in matched)
-    return ConversionReport(tuple(decisions), unmatched)
+    layer_names = {d.name for d in decisions}
+    return ConversionReport(tuple(decisions), unmatched, held_weights(modules, layer_names, conv1d_refusal is None))
+
+
+def is_conv1d(module: nn.Module) -> bool:
+    """Is ``module`` transformers' Conv1D (or a subclass): y = x @ weight + bias, weight (in, out)?
+
+    Recognised by its class (``transformers.*.Conv1D`` in the MRO) without importing
+    transformers, and by a 2-D ``weight`` whose second dimension is ``nf``.
+    """
+    weight = getattr(module, "weight", None)
+    return (
+        _conv1d_class(module) is not None
+        and isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and weight.shape[1] == getattr(module, "nf", None)
+    )
+
+
+def _conv1d_class(module: nn.Module) -> type | None:
+    for cls in type(module).__mro__:
+        if cls.__name__ == "Conv1D" and cls.__module__.startswith("transformers"):
+            return cls
+    return None
+
+
+def held_weights(modules: Mapping[str, nn.Module], layer_names: set[str], conv1d_converted: bool) -> tuple[HeldWeight, ...]:
+    """The modules, other than the linear layers ``layer_names``, with a 2-D weight parameter
+    (``weight`` or ``*_weight``), each with the reason it stays out of FP8."""
+    linears = "nn.Linear and Conv1D" if conv1d_converted else "nn.Linear"
+    layer_weights = {id(getattr(modules[n], "weight", None)): n for n in layer_names}
+    held: list[HeldWeight] = []
+    for name, module in modules.items():
+        if name in layer_names:
+            continue
+        for parameter, value in module._parameters.items():
+            if parameter.endswith("weight") and len(getattr(value, "shape", ())) == 2:
+                reason = _held_reason(module, linears)
+                if id(value) in layer_weights:  # tied, as GPT-2's wte and lm_head
+                    reason += f" (the same Parameter is the weight of {layer_weights[id(value)]!r}, listed above)"
+                held.append(HeldWeight(name, type(module).__name__, parameter, tuple(value.shape), reason))
+                break
+    return tuple(held)
+
+
+def _held_reason(module: nn.Module, linears: str) -> str:
+    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        return "a table look-up, not a matrix product (GEMM); FP8 runs matrix products only, so it stays in the base precision"
+    if isinstance(module, nn.MultiheadAttention):
+        return (
+            "its input projection (in_proj_weight) is multiplied inside F.multi_head_attention_forward, not by "
+            "an nn.Linear, so no FP8 layer can take it over; it runs in the base precision"
+        )
+    return (
+        f"{type(module).__name__} is not a linear layer ({linears} are converted); "
+        "what it computes with this weight runs in the base precision"
+    )
 
 
 def replace_layers(
-    model: nn.Module, report: ConversionReport, make_layer: Callable[[nn.Linear], nn.Module]
+    model: nn.Module, report: ConversionReport, make_layer: Callable[[nn.Module], nn.Module]
 ) -> None:
     """Replace, in place, each layer `report` marks converted by ``make_layer(linear)``.
 
@@ -136,7 +238,7 @@ def replace_layers(
     """
     if not callable(make_layer):
         raise ValueError(
-            f"make_layer={make_layer!r} is not supported; accepted: a callable nn.Linear -> nn.Module"
+            f"make_layer={make_layer!r} is not supported; accepted: a callable (linear layer) -> nn.Module"
         )
     modules = dict(model.named_modules())
     replacements = {id(modules[d.name]): make_layer(modules[d.name]) for d in report.converted}
@@ -155,53 +257,78 @@ def _check_convert_args(model: object, exclude_modules: object) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """What a backend asks beyond the common rule: its dimension multiple, and whether it takes Conv1D."""
+
+    alignment: int = FP8_ALIGNMENT
+    alignment_reason: str = ""
+    conv1d_refusal: str | None = CONV1D_REASON
+
+
 def _decide(
-    name: str, linear: nn.Linear, patterns: list[str], parent: nn.Module | None, converted: bool,
-    alignment: tuple[int, str] = (FP8_ALIGNMENT, ""),
+    name: str, layer: nn.Module, patterns: list[str], parent: nn.Module | None, converted: bool, rule: _Rule = _Rule()
 ) -> LayerDecision:
+    conv1d = is_conv1d(layer) and not converted
+    kind = CONV1D if conv1d or getattr(layer, "transposed_weight", False) else LINEAR
+    in_features, out_features = (
+        (layer.weight.shape[0], layer.weight.shape[1]) if conv1d else (layer.in_features, layer.out_features)
+    )
+
     def decision(category: str, reason: str = "") -> LayerDecision:
-        return LayerDecision(name, linear.in_features, linear.out_features, category, reason)
+        return LayerDecision(name, int(in_features), int(out_features), category, reason, kind)
 
     if converted:
         return decision(ALREADY, "already converted")
     if name == "":
         return decision(
             ROOT,
-            "the model itself is the Linear and cannot replace itself in place; "
+            f"the model itself is the {kind} and cannot replace itself in place; "
             "wrap it, e.g. nn.Sequential(model)",
         )
     if patterns:
         return decision(EXCLUDED, f"excluded by pattern {patterns[0]!r}")
-    multiple, why = alignment
-    misaligned = [
-        f"{field} {value}"
-        for field, value in (("in_features", linear.in_features), ("out_features", linear.out_features))
-        if value % multiple
-    ]
+    if conv1d and rule.conv1d_refusal is not None:
+        return decision(CONV1D_REFUSED, rule.conv1d_refusal)
+    misaligned = _misaligned(int(in_features), int(out_features), rule)
     if misaligned:
-        verb = "is not a multiple" if len(misaligned) == 1 else "are not multiples"
-        because = f" ({why})" if why else ""
-        return decision(f"{_NOT_ALIGNED_PREFIX}{multiple}", f"{' and '.join(misaligned)} {verb} of {multiple}{because}")
+        return decision(f"{_NOT_ALIGNED_PREFIX}{rule.alignment}", misaligned)
     if isinstance(parent, nn.MultiheadAttention):
         return decision(
             NOT_CALLED,
             "nn.MultiheadAttention uses this layer's weight directly, never its forward, "
             "so an FP8 layer here would not run in FP8",
         )
-    extra = _extra_state(linear)
+    extra = _extra_state(layer)
     if extra:
         return decision(
             EXTRA_STATE,
-            f"{type(linear).__name__} has {', '.join(extra)} beyond weight and bias, "
+            f"{type(layer).__name__} has {', '.join(extra)} beyond weight and bias, "
             "which the FP8 layer would drop",
         )
-    if type(linear).forward is not nn.Linear.forward:
-        return decision(CONVERTED, f"{type(linear).__name__}.forward is replaced by the FP8 GEMM")
+    base = _conv1d_class(layer) if conv1d else nn.Linear
+    if type(layer).forward is not base.forward:  # type: ignore[union-attr]
+        return decision(CONVERTED, f"{type(layer).__name__}.forward is replaced by the FP8 GEMM")
     return decision(CONVERTED)
 
 
-def _extra_state(linear: nn.Linear) -> list[str]:
-    """Names of the parameters, buffers and submodules a Linear has besides weight and bias."""
+def _misaligned(in_features: int, out_features: int, rule: _Rule) -> str:
+    """Why the widths do not fit the rule's multiple (e.g. "in_features 10 is not a multiple of 16"), or ""."""
+    multiple = rule.alignment
+    misaligned = [
+        f"{field} {value}"
+        for field, value in (("in_features", in_features), ("out_features", out_features))
+        if value % multiple
+    ]
+    if not misaligned:
+        return ""
+    verb = "is not a multiple" if len(misaligned) == 1 else "are not multiples"
+    because = f" ({rule.alignment_reason})" if rule.alignment_reason else ""
+    return f"{' and '.join(misaligned)} {verb} of {multiple}{because}"
+
+
+def _extra_state(linear: nn.Module) -> list[str]:
+    """Names of the parameters, buffers and submodules a linear layer has besides weight and bias."""
     names = [n for n in linear._parameters if n not in ("weight", "bias")]
     names += list(linear._buffers)
     names += list(linear._modules)

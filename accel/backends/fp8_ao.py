@@ -28,6 +28,10 @@ from accel.backends.fp8_support import check_fixed_fields, library_version, modu
 from accel.kwargs_handlers import Handlers
 
 MIN_AO_VERSION = (0, 10)
+AO_CONV1D_REASON = (
+    "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) is not converted: torchao's "
+    "convert_to_float8_training swaps nn.Linear only; backend='native' converts Conv1D"
+)
 INSTALL_AO = "install it with: pip install torchao (or accel's extra: pip install 'accel[ao]')"
 
 
@@ -109,7 +113,10 @@ class TorchAOFP8(FP8Backend):
         from torchao.float8 import convert_to_float8_training  # type: ignore[import-untyped]
 
         module = self.convert_base(module)
-        report = plan_conversion(module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_float8_linear)
+        report = plan_conversion(
+            module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_float8_linear,
+            conv1d_refusal=AO_CONV1D_REASON,
+        )
         self._record_conversion(report)
         modules = dict(module.named_modules())
         chosen = {id(modules[d.name]) for d in report.converted}

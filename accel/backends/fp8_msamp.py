@@ -29,6 +29,10 @@ from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 MIN_MSAMP_VERSION = (0, 3)
+MSAMP_CONV1D_REASON = (
+    "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) is not converted: MS-AMP's "
+    "LinearReplacer replaces nn.Linear only; backend='native' converts Conv1D"
+)
 INSTALL_MSAMP = (
     "it is not on PyPI: build it from source on a CUDA machine with git clone --recursive "
     "https://github.com/Azure/MS-AMP && cd MS-AMP && pip install . && make postinstall, or use the "
@@ -150,7 +154,10 @@ class MSAMPFP8(FP8Backend):
             )
         _check_one_process()
         module = self.convert_base(module)
-        report = plan_conversion(module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_fp8_linear)
+        report = plan_conversion(
+            module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_fp8_linear,
+            conv1d_refusal=MSAMP_CONV1D_REASON,
+        )
         self._record_conversion(report)
         self._pairing.model = module
         return module
@@ -260,7 +267,7 @@ def _initialize(
 ) -> torch.optim.Optimizer:
     """Run msamp.initialize on `model` in place, keeping high precision what `report` skipped."""
     modules = dict(model.named_modules())
-    kept = [modules[d.name] for d in report.skipped if d.name in modules]
+    kept = [modules[d.name] for d in report.skipped if isinstance(modules.get(d.name), nn.Linear)]
     for linear in kept:
         linear.use_fp32_linear = True  # MS-AMP's LinearReplacer leaves such Linears alone
     # torch >= 2.6 adds `decoupled_weight_decay` to Adam(W)'s defaults, which MS-AMP passes on to

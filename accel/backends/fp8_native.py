@@ -1,7 +1,8 @@
 """The native FP8 backend: accel's own FP8 training on torch's float8 dtypes, on any device.
 
-Every eligible nn.Linear becomes a Float8Linear (same Parameters, same names) whose three
-GEMMs run through torch._scaled_mm with TransformerEngine's delayed (or current) scaling.
+Every eligible nn.Linear becomes a Float8Linear, and every transformers Conv1D (GPT-2's linear
+layer) a Float8Conv1D (same Parameters, same names, same layout), whose three GEMMs run
+through torch._scaled_mm with TransformerEngine's delayed (or current) scaling.
 MS-AMP's optimization level decides the storage of those layers (native_fp8.levels): under
 O1 and O2 their weights live in float16 with a scale and their gradients in FP8; under O2
 Adam's moments for them are FP8 and float16 too.
@@ -26,7 +27,9 @@ from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
 from accel.backends.fp8_base import FP8Forward
-from accel.backends.native_fp8 import Float8Config, Float8Linear, ScalerGroup, convert_linears, float8_layers
+from accel.backends.native_fp8 import (
+    Float8Config, Float8Conv1D, Float8Linear, ScalerGroup, convert_linears, float8_layers,
+)
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
 from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.distributed import any_process, broadcast_from_first, ignore_in_ddp
@@ -109,7 +112,9 @@ class NativeFP8(FP8Backend):
     # ------------------------------------------------------------------ preparing
     def convert_module(self, module: nn.Module) -> nn.Module:
         module = self.convert_base(module)
-        report = convert_linears(module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer)
+        report = convert_linears(
+            module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer, make_conv1d=self._make_conv1d
+        )
         self._record_conversion(report)
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
@@ -121,6 +126,9 @@ class NativeFP8(FP8Backend):
 
     def _make_layer(self, linear: nn.Linear) -> Float8Linear:
         return Float8Linear.from_linear(linear, self.layer_config)
+
+    def _make_conv1d(self, conv1d: nn.Module) -> Float8Conv1D:
+        return Float8Conv1D.from_conv1d(conv1d, self.layer_config)
 
     def _make_compact(self, model: nn.Module) -> None:
         """Give every FP8 layer O1/O2 storage, except layers whose parameters other modules share."""

@@ -73,6 +73,12 @@ MXFP8_ALIGNMENT = 32
 """TE's MXFP8 scales blocks of 32 values: GEMM dimensions must be multiples of 32 (get_align_size_for_quantization)."""
 
 
+TE_CONV1D_REASON = (
+    "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) has no TransformerEngine "
+    "module: te.Linear replaces nn.Linear only; backend='native' converts Conv1D"
+)
+
+
 def plan_linears(
     model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed"
 ) -> ConversionReport:
@@ -85,6 +91,7 @@ def plan_linears(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear),
         alignment=MXFP8_ALIGNMENT if mxfp8 else 16,
         alignment_reason="TransformerEngine's MXFP8 scales blocks of 32 values" if mxfp8 else "",
+        conv1d_refusal=TE_CONV1D_REASON,
     )
 
 

@@ -99,7 +99,10 @@ def test_the_report_lists_every_linear_and_one_summary_is_logged(caplog: pytest.
     assert [(d.name, d.reason) for d in report.skipped] == [("head", "out_features 10 is not a multiple of 16")]
     assert isinstance(model.fc1, Float8Linear) and type(model.head) is nn.Linear
     summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("FP8: converted")]
-    assert summaries == ["FP8: converted 2 of 3 Linear layers (skipped: 1 not a multiple of 16)"]
+    assert summaries == [
+        "FP8: converted 2 of 3 Linear layers (skipped: 1 not a multiple of 16); weight matrices outside FP8: 1 Embedding"
+    ]
+    assert [(h.name, h.kind) for h in report.others] == [("embed", "Embedding")]
 
 
 def test_a_converted_model_is_not_converted_again() -> None:
@@ -147,7 +150,7 @@ def test_exclude_modules_keeps_layers_in_high_precision_and_a_pattern_matches_wh
 
 def test_a_model_with_no_eligible_linear_raises_listing_each_layer_and_why() -> None:
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
-    with pytest.raises(ValueError, match="found no nn.Linear layer") as error:
+    with pytest.raises(ValueError, match="found no linear layer") as error:
         fp8().prepare(model)
     assert "0 (10 -> 32): skipped: in_features 10 is not a multiple of 16" in str(error.value)
     assert "2 (32 -> 3): skipped: out_features 3 is not a multiple of 16" in str(error.value)

@@ -16,6 +16,7 @@ from accel.backends.native_fp8.convert import (
     set_fp8_enabled,
     unconvert_linears,
 )
+from accel.backends.native_fp8.conv1d import Float8Conv1D
 from accel.backends.native_fp8.formats import E4M3, E5M2, cast_to_fp8, format_dtypes, fp8_max
 from accel.backends.native_fp8.linear import Float8Config, Float8Linear
 from accel.backends.native_fp8.scaling import ScalerGroup, TensorScaler, compute_scale
@@ -25,6 +26,7 @@ __all__ = [
     "E5M2",
     "ConversionReport",
     "Float8Config",
+    "Float8Conv1D",
     "Float8Linear",
     "LayerDecision",
     "ScalerGroup",

@@ -1,4 +1,4 @@
-"""Swap a model's nn.Linear layers for FP8 layers, and report on every one of them.
+"""Swap a model's linear layers (nn.Linear, transformers' Conv1D) for FP8 layers, and report on every one.
 
 Also the model-level helpers around the swap: undoing it, the state dict with
 the original names, and the FP8 scaling state saved and restored beside it.
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from accel.backends.conversion import ConversionReport, LayerDecision, plan_conversion, replace_layers
+from accel.backends.conversion import ConversionReport, LayerDecision, is_conv1d, plan_conversion, replace_layers
 from accel.backends.native_fp8.linear import Float8Linear
 from accel.backends.native_fp8.scaling import ScalerGroup
 
@@ -23,22 +23,30 @@ def convert_linears(
     *,
     exclude_modules: tuple[str, ...] = (),
     make_layer: Callable[[nn.Linear], nn.Module],
+    make_conv1d: Callable[[nn.Module], nn.Module] | None = None,
 ) -> ConversionReport:
-    """Replace, in place, each eligible nn.Linear of ``model`` by ``make_layer(linear)``.
+    """Replace, in place, each eligible nn.Linear of ``model`` by ``make_layer(linear)``, and
+    each eligible transformers Conv1D by ``make_conv1d(conv1d)`` (without it, Conv1Ds are skipped).
 
     Eligibility is accel's one rule (accel.backends.conversion.plan_conversion); a
-    Float8Linear counts as already converted. Never stops at a skipped layer; returns
-    the report of every Linear.
+    Float8Linear (Float8Conv1D too) counts as already converted. Never stops at a skipped
+    layer; returns the report of every linear layer and of the other weight matrices.
     """
+    for name, value in (("make_layer", make_layer), ("make_conv1d", make_conv1d)):
+        if not callable(value) and not (name == "make_conv1d" and value is None):
+            raise ValueError(f"{name}={value!r} is not supported; accepted: a callable (layer) -> nn.Module")
+    refusal = None if make_conv1d is not None else "convert_linears(make_conv1d=None) converts nn.Linear only"
     report = plan_conversion(
-        model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, Float8Linear)
+        model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, Float8Linear),
+        conv1d_refusal=refusal,
     )
-    replace_layers(model, report, make_layer)
+    replace_layers(model, report, lambda m: make_conv1d(m) if make_conv1d is not None and is_conv1d(m) else make_layer(m))
     return report
 
 
 def unconvert_linears(model: nn.Module) -> int:
-    """Swap every Float8Linear of ``model`` back to its high-precision Linear (same Parameters).
+    """Swap every Float8Linear of ``model`` back to its high-precision Linear (a Float8Conv1D to its
+    Conv1D), with the same Parameters.
 
     Returns how many distinct layers were swapped back.
     """

@@ -7,6 +7,10 @@ Backward: dX = g_q @ w_q                    (g in E5M2 under HYBRID, E4M3 under 
 
 The GEMM operands made in forward (gemm.operand: FP8 off the CPU, their exact upcast on it)
 are saved for backward, so nothing is quantized or upcast twice.
+
+``transposed``: the weight Parameter is stored (in, out), as transformers' Conv1D stores it.
+The cast to FP8 writes it row-major as (out, in), so the GEMMs are those of a Linear, and
+dW is computed as x_q.T @ g_q, in the Parameter's own layout.
 """
 
 from __future__ import annotations
@@ -35,14 +39,16 @@ class Float8LinearFunction(torch.autograd.Function):
     def forward(
         ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scalers: Scalers,
         out_dtype: torch.dtype, compact: CompactLayer | None, fp8_weight: FP8Weight | None = None,
+        transposed: bool = False,
     ) -> torch.Tensor:
         input_scaler, weight_scaler, grad_scaler = scalers
         x_q, x_inv = input_scaler.quantize(x)
         weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
+        w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
         if fp8_weight is None:
-            w_q, w_inv = weight_scaler.quantize(weight, weight_scale_inv)
+            w_q, w_inv = weight_scaler.quantize(w, weight_scale_inv)
         else:
-            w_q, w_inv = fp8_weight.get(weight, weight_scaler, weight_scale_inv)
+            w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
         x_op, w_op = operand(x_q), operand(w_q)
         y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
         if bias is not None:
@@ -53,6 +59,7 @@ class Float8LinearFunction(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.weight_dtype = weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.transposed = transposed
         return y
 
     @staticmethod
@@ -66,12 +73,14 @@ class Float8LinearFunction(torch.autograd.Function):
             g_op = operand(g_q)
             if need_x:
                 grad_x = gemm(g_op, as_mat2(w_op), g_inv, w_inv, ctx.x_dtype)
+            # dW in the Parameter's layout: g.T @ x (out, in), or x.T @ g (in, out) for a transposed weight
+            pair = (x_op, g_op, x_inv, g_inv) if ctx.transposed else (g_op, x_op, g_inv, x_inv)
             if need_w and compact is not None:
-                compact.weight.grad.add(weight_gradient(g_op, x_op, g_inv, x_inv, torch.float32))
+                compact.weight.grad.add(weight_gradient(*pair, torch.float32))
             elif need_w:
-                grad_w = weight_gradient(g_op, x_op, g_inv, x_inv, ctx.weight_dtype)
+                grad_w = weight_gradient(*pair, ctx.weight_dtype)
         grad_b = _bias_gradient(grad_y, compact, ctx.bias_dtype) if need_b else None
-        return grad_x, grad_w, grad_b, None, None, None, None
+        return grad_x, grad_w, grad_b, None, None, None, None, None
 
 
 def _bias_gradient(grad_y: torch.Tensor, compact: CompactLayer | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -92,12 +101,15 @@ class CompactLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, compact: CompactLayer
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, compact: CompactLayer,
+        transposed: bool = False,
     ) -> torch.Tensor:
         w = compact.weight.storage.value(x.dtype)
+        w = w.t() if transposed else w  # (out, in)
         b = None if compact.bias is None else compact.bias.storage.value(x.dtype)
         ctx.save_for_backward(x, w)
         ctx.compact = compact
+        ctx.transposed = transposed
         return F.linear(x, w, b)
 
     @staticmethod
@@ -108,7 +120,8 @@ class CompactLinearFunction(torch.autograd.Function):
         grad_x = (grad_y @ w.to(grad_y.dtype)).to(x.dtype) if need_x else None
         g2 = grad_y.reshape(-1, grad_y.shape[-1]).float()
         if need_w:
-            compact.weight.grad.add(g2.t() @ x.reshape(-1, x.shape[-1]).float())
+            x2 = x.reshape(-1, x.shape[-1]).float()
+            compact.weight.grad.add(x2.t() @ g2 if ctx.transposed else g2.t() @ x2)
         if need_b and compact.bias is not None:
             compact.bias.grad.add(g2.sum(0))
-        return grad_x, None, None, None
+        return grad_x, None, None, None, None

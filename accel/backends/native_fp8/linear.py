@@ -16,7 +16,7 @@ are kept in FP8, while ``state_dict()`` still gives real values in the original 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +97,9 @@ class Float8Linear(nn.Linear):
     and ``grad_scaler``.
     """
 
+    transposed_weight: ClassVar[bool] = False
+    """True where the weight Parameter is stored (in, out) (Float8Conv1D, transformers' Conv1D layout)."""
+
     def __init__(
         self,
         in_features: int,
@@ -116,18 +119,23 @@ class Float8Linear(nn.Linear):
 
         ``linear``'s hooks stay in effect, and :meth:`to_linear` gives ``linear`` back.
         """
+        return cls._take_over(linear, linear.in_features, linear.out_features, config)
+
+    @classmethod
+    def _take_over(cls, module: nn.Module, in_features: int, out_features: int, config: Float8Config | None) -> Any:
+        """A layer of this class holding ``module``'s weight, bias, hooks and mode, and ``module`` to give back."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
-        layer.in_features = linear.in_features
-        layer.out_features = linear.out_features
-        layer.weight = linear.weight
-        layer.register_parameter("bias", linear.bias)
-        layer.train(linear.training)
+        layer.in_features = in_features
+        layer.out_features = out_features
+        layer.weight = module.weight
+        layer.register_parameter("bias", module.bias)  # type: ignore[arg-type]
+        layer.train(module.training)
         for name in _HOOK_ATTRIBUTES:
-            if name in linear.__dict__:
-                layer.__dict__[name] = linear.__dict__[name]
+            if name in module.__dict__:
+                layer.__dict__[name] = module.__dict__[name]
         # Outside nn.Module's registry: not a submodule, not in the state dict.
-        layer.__dict__["_replaced_linear"] = linear
+        layer.__dict__["_replaced_linear"] = module
         layer._init_fp8(config or Float8Config())
         return layer
 
@@ -196,10 +204,11 @@ class Float8Linear(nn.Linear):
         return ~torch.isfinite(amaxes).all()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        transposed = self.transposed_weight
         if not self.enabled:
             if self.compact is not None:
-                return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact)  # type: ignore[no-untyped-call]
-            return F.linear(x, self.weight, self.bias)
+                return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact, transposed)  # type: ignore[no-untyped-call]
+            return F.linear(x, self.weight.t() if transposed else self.weight, self.bias)
         device_type = x.device.type
         scalers = (self.input_scaler, self.weight_scaler, self.grad_scaler)
         x2 = x.reshape(-1, self.in_features)
@@ -209,11 +218,11 @@ class Float8Linear(nn.Linear):
             with torch.autocast(device_type, enabled=False):
                 y: torch.Tensor = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
                     x2, self.weight, self.bias, scalers, torch.get_autocast_dtype(device_type), self.compact,
-                    self.fp8_weight,
+                    self.fp8_weight, transposed,
                 )
         else:
             y = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
-                x2, self.weight, self.bias, scalers, x.dtype, self.compact, self.fp8_weight
+                x2, self.weight, self.bias, scalers, x.dtype, self.compact, self.fp8_weight, transposed
             )
         return y.reshape(*x.shape[:-1], self.out_features)
 

@@ -8,13 +8,26 @@ the real API does not take, compute what the real modules compute (in fp32, on t
 record every call. Unlike the real pydantic recipes, which silently ignore unknown keywords,
 the stand-in recipes raise on them, so a test fails if accel passes a field TE would drop.
 
-The TE stand-in checks what TE checks where accel meets it: GEMM input dims under FP8 autocast
-(tokens % 8 and width % 16; % 32 both with MXFP8), the recipe against the GPU's is_*_available answers
-when autocast opens, FP8 weights under quantized_model_init / fp8_model_init (2.9+ / older). Differences
-left, and why: it computes in fp32 on the CPU (no CUDA here); no `_graph` argument and no amax
-reduction (one process); FP8 weights are a Parameter holding E4M3-representable values rather than a
-Float8Tensor (what accel reads and writes, quantize_/copy_/grad, behaves the same). MS-AMP: see
-msamp_standin.py.
+The TE stand-in checks what TE checks where accel meets it (TE 2.0-2.10 sources, checked against
+NVIDIA/TransformerEngine at v2.0, v2.5, v2.8, v2.9 and HEAD):
+- te.Linear's forward under FP8 autocast runs assert_dim_for_fp8_exec(inputmat, weight): the input's
+  tokens % 8 and width % 16, the weight's out_features % 8 and in_features % 16; with MXFP8 both dims
+  % 32 (TE's C++ quantizer). The message is TE >= 2.9's for the autocast generation, older TE's else.
+- entering an enabled autocast checks the recipe against the GPU (is_fp8_available for every recipe,
+  is_mxfp8_available / is_fp8_block_scaling_available for those recipes), as TE's check_recipe_support
+  and fp8_autocast_enter do; a disabled autocast checks nothing.
+- modules built under quantized_model_init (2.9+) / fp8_model_init (older) get FP8 weights.
+Differences left, and why:
+- it computes in fp32 on the CPU (no CUDA here), so FP8 rounding is not reproduced (accel's own
+  native backend is where FP8 numerics are tested);
+- errors are AssertionErrors, as in TE 2.0-2.10; TE's main branch (after 2.10) raises ValueError for
+  the dims and RuntimeError for an unsupported recipe (accel catches neither, so tests see no change);
+- MXFP8's dims error is worded by the stand-in (TE's comes from its C++ quantizer);
+- no `_graph` argument and no amax reduction (one process here), no torch.compile check of
+  DelayedScaling (accel does not compile TE modules);
+- FP8 weights are a Parameter holding E4M3-representable values rather than a Float8Tensor (what accel
+  reads and writes, quantize_/copy_/grad, behaves the same).
+MS-AMP: see msamp_standin.py.
 """
 
 from __future__ import annotations
@@ -140,6 +153,8 @@ class TEState:
     """The is_*_available answers of this GPU (TE's autocast refuses a recipe the GPU cannot run)."""
     fp8_init: list[Any] = field(default_factory=list)
     """The recipes of the open quantized_model_init / fp8_model_init regions (modules built there get FP8 weights)."""
+    generation: str = "autocast"
+    """'autocast' (TE >= 2.9) or 'fp8_autocast' (older): decides the wording of TE's errors."""
 
     def autocast_calls(self) -> Calls:
         return [c for c in self.calls if c[0] in ("autocast", "fp8_autocast")]
@@ -173,7 +188,7 @@ def _te_linear(state: TEState) -> type:
             enabled, recipe = state.active[-1] if state.active else (False, None)
             state.forwards.append(("Linear", enabled, recipe))
             if enabled:
-                _check_fp8_dims(x, recipe)
+                _check_fp8_dims(state.generation, recipe, x, self.weight)
             return F.linear(x, self.weight, self.bias if self.bias.numel() else None)
 
         def get_extra_state(self) -> torch.Tensor:
@@ -185,15 +200,25 @@ def _te_linear(state: TEState) -> type:
     return Linear
 
 
-def _check_fp8_dims(x: torch.Tensor, recipe: Any) -> None:
-    """TE's assert_dim_for_fp8_exec: the GEMM input's leading dims (tokens) a multiple of 8 and its width
-    of 16; MXFP8 scales blocks of 32 values, so there both must be multiples of 32."""
-    tokens, width = x.numel() // x.shape[-1], x.shape[-1]
-    multiples = (32, 32) if type(recipe).__name__ == "MXFP8BlockScaling" else (8, 16)
-    if tokens % multiples[0] or width % multiples[1]:
+def _check_fp8_dims(generation: str, recipe: Any, *tensors: torch.Tensor) -> None:
+    """TE's assert_dim_for_fp8_exec(inputmat, weight) in te.Linear's forward: for each tensor the product of
+    the leading dims a multiple of 8 and the last dim of 16 (the input's tokens and width, the weight's
+    out_features and in_features); the message is TE >= 2.9's for the autocast generation, older TE's
+    otherwise. MXFP8 scales blocks of 32 values: there both must be multiples of 32 (TE's C++ quantizer)."""
+    mxfp8 = type(recipe).__name__ == "MXFP8BlockScaling"
+    multiples = (32, 32) if mxfp8 else (8, 16)
+    for tensor in tensors:
+        leading, last = tensor.numel() // tensor.shape[-1], tensor.shape[-1]
+        if not (leading % multiples[0] or last % multiples[1]):
+            continue
+        if generation == "autocast" and not mxfp8:
+            raise AssertionError(
+                "FP8 execution requires the product of all dimensions except the last to be divisible by 8 and "
+                f"the last dimension to be divisible by 16, but got tensor with dims={list(tensor.size())}"
+            )
         raise AssertionError(
             f"FP8 execution requires 2D input matrices with height divisible by {multiples[0]} and width divisible "
-            f"by {multiples[1]}, but got tensor with dims={list(x.reshape(-1, width).shape)}"
+            f"by {multiples[1]}, but got tensor with dims={list(tensor.reshape(-1, last).shape)}"
         )
 
 
@@ -272,9 +297,11 @@ def _autocasts(state: TEState, generation: str) -> dict[str, Callable[..., Any]]
     @contextlib.contextmanager
     def region(name: str, enabled: bool, recipe: Any, **rest: Any) -> Iterator[None]:
         state.calls.append((name, {"enabled": enabled, "recipe": recipe, **rest}))
-        probe = state.probes.get(_RECIPE_PROBES.get(type(recipe).__name__, ""))
-        if enabled and probe is not None and not probe[0]:  # TE's check_recipe_support on entering autocast
-            raise AssertionError(probe[1])
+        # TE's check on entering autocast (2.0-2.10: asserts): FP8 itself, then MXFP8 / block scaling
+        for probe_name in ("is_fp8_available", _RECIPE_PROBES.get(type(recipe).__name__, "")):
+            probe = state.probes.get(probe_name)
+            if enabled and probe is not None and not probe[0]:
+                raise AssertionError(probe[1])
         state.active.append((enabled, recipe))
         try:
             yield
@@ -303,7 +330,7 @@ class FakeTE:
     def install(self, generation: str = "autocast", version: str = "2.10.0", recipes: tuple[str, ...] | None = None,
                 probes: dict[str, tuple[bool, str]] | None = None) -> types.ModuleType:
         """generation 'autocast' (TE >= 2.9) or 'fp8_autocast' (older); probes: is_*_available answers."""
-        self.state = TEState(probes=dict(probes or {}))
+        self.state = TEState(probes=dict(probes or {}), generation=generation)
         classes = _recipe_classes(self.state.calls)
         if recipes is not None:
             classes = {name: cls for name, cls in classes.items() if name in recipes}
@@ -337,57 +364,10 @@ def fake_te(monkeypatch: pytest.MonkeyPatch) -> FakeTE:
 
 
 # ----------------------------------------------------------------------------- MS-AMP
-class FakeMSAMP:
-    """Installs the stand-in `msamp` (msamp_standin.py), whose initialize() behaves like MS-AMP 0.4's, and
-    MS-AMP's replacement of torch._amp_foreach_non_finite_check_and_unscale_."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self._monkeypatch = monkeypatch
-        self.calls: Calls = []
-        self.current_device: Any = None
-        """The device torch.cuda.current_device() would give inside initialize (FP8Linear(...).cuda() goes there)."""
-
-    def install(self, version: str = "0.4.0") -> types.ModuleType:
-        module = _module("msamp", __version__=version, initialize=self._initialize, LBAdamW=standin.LBAdamW,
-                         LBAdam=standin.LBAdam, clip_grad_norm_=standin.clip_grad_norm_)
-        self._monkeypatch.setitem(sys.modules, "msamp", module)
-        self._monkeypatch.setattr(torch, "_amp_foreach_non_finite_check_and_unscale_",
-                                  standin.grad_check_and_unscale(torch._amp_foreach_non_finite_check_and_unscale_))
-        return module
-
-    def _initialize(self, model: nn.Module, optimizer: Any = None, opt_level: str = "O1", use_te: bool = False) -> Any:
-        self.calls.append(("initialize", {"model": model, "optimizer": optimizer, "opt_level": opt_level,
-                                          "current_device": self.current_device}))
-        if opt_level not in ("O1", "O2"):
-            raise ValueError(f"Invalid optimization level. Please choose from ['O1', 'O2']")
-        if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
-            raise ValueError(f"Optimizer {optimizer} is not supported in optimization level {opt_level}")
-        index = {id(p): i for i, p in enumerate(model.parameters())}
-        order = [index[id(p)] for group in optimizer.param_groups for p in group["params"]]
-        _replace_linears(model)
-        params = list(model.parameters())
-        positions = iter(order)
-        for group in optimizer.param_groups:
-            group["params"] = [params[next(positions)] for _ in group["params"]]
-        defaults = dict(optimizer.defaults)
-        for key in ("foreach", "capturable", "differentiable", "fused"):
-            defaults.pop(key, None)
-        cls = standin.LBAdam if isinstance(optimizer, torch.optim.Adam) else standin.LBAdamW  # Adam tested first
-        return model, cls(optimizer.param_groups, **defaults, **standin.state_dtypes(opt_level))
-
-
-def _replace_linears(module: nn.Module) -> None:
-    for name, child in list(module.named_children()):
-        if isinstance(child, nn.Linear) and not getattr(child, "use_fp32_linear", False):
-            setattr(module, name, standin.FP8Linear(child))
-        else:
-            _replace_linears(child)
-
-
 @pytest.fixture
-def fake_msamp(monkeypatch: pytest.MonkeyPatch) -> FakeMSAMP:
-    """A stand-in MS-AMP factory; call `.install()` to put one in sys.modules."""
-    return FakeMSAMP(monkeypatch)
+def fake_msamp(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A stand-in MS-AMP factory (msamp_standin.FakeMSAMP); call `.install()` to put one in sys.modules."""
+    return standin.FakeMSAMP(monkeypatch)
 
 
 # ----------------------------------------------------------------------------- devices

@@ -3,9 +3,12 @@
 Checked against Azure/MS-AMP (msamp/__init__.py, nn/linear.py, nn/parameter.py, nn/clip_grad.py,
 common/tensor/tensor.py, optim/adamw.py):
 
-- `initialize(model, optimizer, opt_level)` swaps nn.Linear for FP8Linear (unless `use_fp32_linear`)
-  and Adam/AdamW for LBAdam/LBAdamW (Adam tested first), with O1's fp32/fp32 and O2's uint8/fp16
-  exp_avg/exp_avg_sq dtypes, dropping foreach/capturable/differentiable/fused.
+- `initialize(model, optimizer=None, opt_level)` (FakeMSAMP, at the end) checks the model and the level, makes
+  an AdamW when no optimizer is given, asserts that every optimizer parameter belongs to the model, swaps
+  nn.Linear for FP8Linear (unless `use_fp32_linear`; Conv1D and other modules are left alone), names the
+  ScalingParameters (`_param_name`) and has DDP ignore them, and swaps Adam/AdamW for LBAdam/LBAdamW (Adam
+  tested first) with the old optimizer's defaults, edited in place as MS-AMP does: O1's fp32/fp32 and O2's
+  uint8/fp16 exp_avg/exp_avg_sq dtypes, foreach/capturable/differentiable/fused dropped.
 - FP8Linear's weight is a ScalingParameter: a Python object, *not* a torch.Tensor (FP16 values with a
   scale); its gradient is a ScalingTensor in FP8 E4M3 with a scale. Biases stay torch Parameters.
 - LBAdam(W) admit ScalingParameters (torch's Optimizer refuses non-Tensors) and step them.
@@ -14,17 +17,30 @@ common/tensor/tensor.py, optim/adamw.py):
   still asserts that every parameter is a torch.Tensor before it gets there.
 - `msamp.clip_grad_norm_` clips Tensor and ScalingTensor gradients together.
 
-Differences left, and why: values are computed in fp32 on the CPU (no CUDA kernels here); FP8Linear
-does not call `.cuda()` (there is no CUDA device; the test checks the current device instead); the
-O2 first moment is kept as dequantized fp32 values rounded through E4M3 instead of uint8 codes with
-a scale (what an update reads back is the same); no DeepSpeed/TransformerEngine import.
+Differences left, and why:
+- values are computed in fp32 on the CPU (no CUDA kernels here): the forward GEMM is not FP8, and the
+  weight gradient is rounded to E4M3 with a per-tensor scale but without MS-AMP's scaling-meta windows;
+- FP8Linear does not call `.cuda()` (there is no CUDA device; the test checks which device is current
+  while initialize runs instead), and the nn.Linear it replaces is not moved either;
+- a model that is itself an nn.Linear is not replaced (MS-AMP replaces it; accel never passes one: it
+  reports the root module as not converted);
+- the O2 first moment is kept as dequantized fp32 values rounded through E4M3 instead of uint8 codes with
+  a scale (what an update reads back is the same);
+- no `model_state.register_scaling_metas`, no broadcast of the FP8 weights (one process), no DeepSpeed
+  FusedAdam/DSAdam and no TransformerEngine import (`use_te` is accepted and ignored: accel never sets it);
+- no FP4 (on MS-AMP's main branch after 0.4.0) and no MS-AMP DistributedDataParallel/FSDP (accel runs msamp on one
+  process and says so).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import sys
+import types
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -260,3 +276,75 @@ def clip_grad_norm_(parameters: Iterable[Any] | Any, max_norm: float, norm_type:
         for g in grads:
             g.detach().mul_(coefficient)
     return total
+
+
+# ----------------------------------------------------------------------------- msamp.initialize
+class FakeMSAMP:
+    """Installs this stand-in as `msamp`, whose initialize() behaves like MS-AMP 0.4's, and
+    MS-AMP's replacement of torch._amp_foreach_non_finite_check_and_unscale_."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.current_device: Any = None
+        """The device torch.cuda.current_device() would give inside initialize (FP8Linear(...).cuda() goes there)."""
+
+    def install(self, version: str = "0.4.0") -> types.ModuleType:
+        module = types.ModuleType("msamp")
+        module.__spec__ = importlib.machinery.ModuleSpec("msamp", None)
+        module.__dict__.update(__version__=version, initialize=self._initialize, LBAdamW=LBAdamW,
+                               LBAdam=LBAdam, clip_grad_norm_=clip_grad_norm_)
+        self._monkeypatch.setitem(sys.modules, "msamp", module)
+        self._monkeypatch.setattr(torch, "_amp_foreach_non_finite_check_and_unscale_",
+                                  grad_check_and_unscale(torch._amp_foreach_non_finite_check_and_unscale_))
+        return module
+
+    def _initialize(self, model: nn.Module, optimizer: Any = None, opt_level: str = "O1", use_te: bool = False) -> Any:
+        self.calls.append(("initialize", {"model": model, "optimizer": optimizer, "opt_level": opt_level,
+                                          "current_device": self.current_device}))
+        if opt_level not in ("O1", "O2"):
+            raise ValueError(f"Invalid optimization level. Please choose from ['O1', 'O2']")
+        if not isinstance(model, nn.Module):
+            raise ValueError("Model must be an instance of torch.nn.Module")
+        if not optimizer:
+            optimizer = torch.optim.AdamW(model.parameters())  # MS-AMP's default optimizer
+        if not isinstance(optimizer, (torch.optim.AdamW, torch.optim.Adam)):
+            raise ValueError(f"Optimizer {optimizer} is not supported in optimization level {opt_level}")
+        index = {id(p): i for i, p in enumerate(model.parameters())}
+        order = []
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                assert id(param) in index  # MS-AMP asserts every optimizer parameter belongs to the model
+                order.append(index[id(param)])
+        _replace_linears(model)
+        params = list(model.parameters())
+        positions = iter(order)
+        for group in optimizer.param_groups:
+            group["params"] = [params[next(positions)] for _ in group["params"]]
+        defaults = optimizer.defaults  # MS-AMP edits the old optimizer's defaults in place
+        defaults.update(state_dtypes(opt_level))
+        for key in ("foreach", "capturable", "differentiable", "fused"):
+            defaults.pop(key, None)
+        cls = LBAdam if isinstance(optimizer, torch.optim.Adam) else LBAdamW  # Adam tested first
+        return model, cls(optimizer.param_groups, **defaults)
+
+
+def _replace_linears(model: nn.Module) -> None:
+    """LinearReplacer.replace: swap the Linears, name the ScalingParameters, and have DDP ignore them
+    (MS-AMP's optimizer all-reduces their gradients itself)."""
+    _replace_children(model)
+    names = []
+    for module_name, module in model.named_modules():
+        for param_name, param in module._parameters.items():
+            if isinstance(param, ScalingParameter):
+                param._param_name = f"{module_name}.{param_name}" if module_name else param_name
+                names.append(f"{module_name}.{param_name}")
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+
+
+def _replace_children(module: nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear) and not getattr(child, "use_fp32_linear", False):
+            setattr(module, name, FP8Linear(child))
+        else:
+            _replace_children(child)

@@ -271,6 +271,19 @@ def test_initialize_builds_the_optimizer_state_dtypes_of_its_level(msamp: Any, l
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
     assert optimizer.optimizer.exp_avg_sq_dtype == exp_avg_sq
     assert optimizer.optimizer.exp_avg_dtype == (torch.uint8 if level == "O2" else torch.float32)
+    accelerator.backward(model(torch.randn(8, 16)).sum())
+    optimizer.step()
+    state = optimizer.optimizer.state[model[0].weight]
+    assert state["exp_avg_sq"].dtype == exp_avg_sq  # the state the level asks for, as MS-AMP builds it
+
+
+def test_initialize_names_its_fp8_weights_and_has_ddp_ignore_them(msamp: Any) -> None:
+    """As LinearReplacer.replace does: MS-AMP's optimizer all-reduces those gradients, not DDP."""
+    accelerator = msamp_accelerator()
+    model = make_model()
+    model, _ = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    assert model[0].weight._param_name == "0.weight"
+    assert {"0.weight", "2.weight"} <= set(model._ddp_params_and_buffers_to_ignore)
 
 
 def test_ms_amps_layers_go_to_the_training_device(fake_msamp: Any, fp8_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:

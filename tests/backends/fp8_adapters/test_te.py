@@ -288,7 +288,7 @@ def _raise(error: Exception) -> Any:
 
 def test_a_model_without_an_fp8_linear_raises_and_stays_as_it_was(te: Any) -> None:
     model = nn.Sequential(nn.Linear(10, 3), nn.LayerNorm(3))
-    with pytest.raises(ValueError, match="found no nn.Linear layer it can run in FP8"):
+    with pytest.raises(ValueError, match="found no linear layer .* it can run in FP8"):
         te_accelerator().prepare(model)
     assert isinstance(model[1], nn.LayerNorm)
 
@@ -346,3 +346,33 @@ def test_te_modules_are_built_on_the_training_device_wherever_the_model_is(te: A
     model = backend.convert_module(Net())
     assert {c[1]["device"] for c in te.state.calls if c[0] in ("Linear", "LayerNorm")} == {torch.device("meta")}
     assert model.up.weight.device.type == "meta"
+
+
+# ----------------------------------------------------------------------------- the stand-in itself
+@pytest.mark.parametrize(
+    ("generation", "message"),
+    [("autocast", "product of all dimensions except the last to be divisible by 8"),
+     ("fp8_autocast", "2D input matrices with height divisible by 8")],
+)
+def test_stand_in_checks_input_and_weight_dims_as_te_linear_does(fake_te: Any, generation: str, message: str) -> None:
+    """te.Linear's forward runs assert_dim_for_fp8_exec(inputmat, weight): the weight's out_features % 8 too."""
+    te_module = fake_te.install(generation=generation)
+    autocast = te_module.autocast if generation == "autocast" else te_module.fp8_autocast
+    keyword = "recipe" if generation == "autocast" else "fp8_recipe"
+    recipe = _stand_in_recipe("DelayedScaling")
+    with autocast(enabled=True, **{keyword: recipe}):
+        te_module.Linear(16, 32, device="cpu")(torch.randn(8, 16))  # fine
+        with pytest.raises(AssertionError, match=message):
+            te_module.Linear(16, 20, device="cpu")(torch.randn(8, 16))  # weight (20, 16): 20 % 8
+        with pytest.raises(AssertionError, match=message):
+            te_module.Linear(16, 32, device="cpu")(torch.randn(6, 16))  # 6 tokens
+    te_module.Linear(16, 20, device="cpu")(torch.randn(6, 16))  # outside FP8 autocast: no rule
+
+
+def test_stand_in_autocast_refuses_any_fp8_recipe_on_a_gpu_without_fp8(fake_te: Any) -> None:
+    te_module = fake_te.install(probes={"is_fp8_available": (False, "Device compute capability 8.9 or higher required")})
+    with pytest.raises(AssertionError, match="8.9 or higher required"):
+        with te_module.autocast(enabled=True, recipe=_stand_in_recipe("DelayedScaling")):
+            pass
+    with te_module.autocast(enabled=False, recipe=_stand_in_recipe("DelayedScaling")):
+        pass  # disabled autocast checks nothing

@@ -176,8 +176,12 @@ def test_multihead_attention_out_proj_is_skipped_because_it_never_runs() -> None
     assert decisions(report)["0.out_proj"][0] == "inside MultiheadAttention"
     assert decisions(report)["1"] == ("converted", "")
     assert report.summary() == (
-        "FP8: converted 1 of 2 Linear layers (skipped: 1 inside MultiheadAttention)"
+        "FP8: converted 1 of 2 Linear layers (skipped: 1 inside MultiheadAttention); "
+        "weight matrices outside FP8: 1 MultiheadAttention"
     )
+    (held,) = report.others
+    assert (held.name, held.parameter, held.shape) == ("0", "in_proj_weight", (96, 32))
+    assert "F.multi_head_attention_forward" in held.reason
 
 
 def test_a_module_shared_under_two_names_is_replaced_under_both() -> None:
