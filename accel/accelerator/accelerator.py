@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -22,6 +21,7 @@ from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
 from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.data_config import check_dataloader_config
+from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.gradient_state import GradientState
 from accel.accelerator.memory import release_memory
@@ -45,11 +45,12 @@ from accel.kwargs_handlers import (
     collect_handlers,
 )
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
 
 
-class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
+class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
@@ -94,6 +95,8 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         use_cpu = options.setting(USE_CPU, options.forced_cpu(cpu), check_bool)
         self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
         self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
+        self.quantizer: Quantizer | None = create_quantizer(self.handlers, self.precision, self.process_state.device)
+        """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
         self.state = AcceleratorState.of(self.process_state, self.precision.name)
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
@@ -162,38 +165,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         return getattr(self.precision, "conversion_report", None)
 
     @property
-    def split_batches(self) -> bool:
-        """Whether each batch a prepared dataloader yields is split over the processes."""
-        return self.dataloader_config.split_batches
-
-    @property
-    def even_batches(self) -> bool:
-        """Whether samples are repeated so that every process gets the same number of batches
-        (settable, as in Accelerate: dataloaders prepared afterwards follow the new value)."""
-        return self.dataloader_config.even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        config = dataclasses.replace(self.dataloader_config, even_batches=check_bool("even_batches", value))
-        check_dataloader_config(config)
-        self.dataloader_config = config
-
-    @property
-    def use_seedable_sampler(self) -> bool:
-        """Whether prepared dataloaders shuffle with the seedable sampler (DataLoaderConfiguration)."""
-        return self.dataloader_config.use_seedable_sampler
-
-    @property
-    def non_blocking(self) -> bool:
-        """Whether batches are copied to the device with non_blocking=True."""
-        return self.dataloader_config.non_blocking
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        """Never True: each process reads its own part of the data (DataLoaderConfiguration)."""
-        return self.dataloader_config.dispatch_batches
-
-    @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """torch's GradScaler where the precision scales the loss (fp16), else None."""
         return self.precision.grad_scaler
@@ -202,6 +173,11 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
     def native_amp(self) -> bool:
         """True where the forward runs under torch.autocast (fp16, bf16 mixed)."""
         return self.precision.native_amp
+
+    @property
+    def quantization_report(self) -> Any:
+        """With BitsandbytesKwargs: every nn.Linear of the last prepared model, quantized or skipped and why."""
+        return None if self.quantizer is None else self.quantizer.report
 
     @property
     def step_stats(self) -> dict[str, float]:
@@ -222,6 +198,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
             for index, obj in enumerate(result):
                 if accepts(obj):
                     result[index] = prepare(obj, device_placement=placements[index])
+        prepare_checks.check_quantized_optimizers(self._optimizers, self.quantizer)
         self.precision.after_prepare(self._models, self._optimizers)
         prepare_checks.check_orphan_optimizers(
             self._models, self._optimizers, self.precision, self._orphan_optimizers_warned
@@ -246,7 +223,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         if any(model is prepared for prepared in self._models):
             return model
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
-        model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state)
+        model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state, self.quantizer)
         if evaluation_mode:
             self._models.append(model)
             return model
@@ -378,6 +355,8 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, ProcessMixin):
         if self.device_placement and self.device.type != "cpu":
             stack.enter_context(self.device)
         stack.enter_context(self.precision.init_context())
+        if self.quantizer is not None:
+            stack.enter_context(self.quantizer.init_context())
         return stack
 
     # ----------------------------------------------------------------- processes

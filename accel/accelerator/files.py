@@ -10,19 +10,21 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from accel._warnings import warn_once
 from accel.accelerator import checkpointing
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
 from accel.accelerator.io import require_safetensors_writer
 from accel.accelerator.model_files import parse_size, write_model_files
-from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
+from accel.quantization import Quantizer
 
 
 class FilesMixin:
     """unwrap_model, get_state_dict, save_model, save, save_state/load_state and their hooks."""
 
     precision: PrecisionBackend
+    quantizer: Quantizer | None
     is_main_process: bool
     _models: list[nn.Module]
     _checkpointed_objects: list[Any]
@@ -33,10 +35,13 @@ class FilesMixin:
         """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
         return model_utils.unwrap_model(model, keep_fp32_wrapper=keep_fp32_wrapper, keep_torch_compile=keep_torch_compile)
 
-    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        """The model's weights, under their original names and in high precision."""
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True, dequantize: bool = False) -> dict[str, torch.Tensor]:
+        """The model's weights under their original names, in high precision; layers quantized by
+        BitsandbytesKwargs as stored (with their quant state), or plain weights with `dequantize=True`."""
         if unwrap:
             model = self.unwrap_model(model, keep_torch_compile=False)
+        if dequantize and self.quantizer is not None:
+            return self.quantizer.model_state_dict(model, dequantize=True)
         return self.precision.model_state_dict(model)
 
     def save_model(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -10,9 +12,17 @@ from accel.accelerator.state import ProcessState
 from accel.backends.base import ForwardWrapper, PrecisionBackend
 from accel.kwargs_handlers import DistributedDataParallelKwargs
 
+if TYPE_CHECKING:
+    from accel.quantization import Quantizer
+
 
 def prepare_model(
-    model: nn.Module, backend: PrecisionBackend, device: torch.device, place: bool, state: ProcessState | None = None
+    model: nn.Module,
+    backend: PrecisionBackend,
+    device: torch.device,
+    place: bool,
+    state: ProcessState | None = None,
+    quantizer: Quantizer | None = None,
 ) -> nn.Module:
     """Move `model` to `device`, convert it for the precision and install its forward wrapper.
 
@@ -27,6 +37,8 @@ def prepare_model(
         model.to(device)
     if state is not None and state.distributed:
         broadcast_module(model, state)
+    if quantizer is not None:  # weights are equal on every process by now, so their quant states are too
+        quantizer.convert(model)
     model = backend.convert_module(model)
     forward = model.forward
     wrapped = backend.wrap_forward(forward)

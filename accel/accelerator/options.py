@@ -161,6 +161,8 @@ def check_same_setup(accelerator: Any) -> None:
         return
     handlers = accelerator.handlers
     recipes = {kind.__name__: handlers.get(kind) for kind in accelerator.precision.handler_types}
+    if accelerator.quantizer is not None:
+        recipes["BitsandbytesKwargs"] = accelerator.quantizer.options
     distributed.check_same_setup(
         distributed.setup_fingerprint(
             mixed_precision=accelerator.mixed_precision,

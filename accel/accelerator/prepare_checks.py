@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from accel.accelerator.optimizer import AcceleratedOptimizer
 from accel.backends.base import PrecisionBackend
+
+if TYPE_CHECKING:
+    from accel.quantization import Quantizer
 
 
 def existing_wrapper(
@@ -62,3 +66,16 @@ def check_orphan_optimizers(
                 f"tensors the model never uses and training would change nothing. {fix}"
             )
         warnings.warn(f"{what}, so its steps will not train what you prepared. {fix}", UserWarning, stacklevel=3)
+
+
+def check_quantized_optimizers(optimizers: list[AcceleratedOptimizer], quantizer: Quantizer | None) -> None:
+    """Refuse an optimizer over weights that quantization replaced (it would never update them); the
+    refused wrapper is first removed from `optimizers`, so a corrected prepare() can follow."""
+    if quantizer is None:
+        return
+    for wrapped in list(optimizers):
+        try:
+            quantizer.check_optimizer(wrapped.optimizer)
+        except ValueError:
+            optimizers.remove(wrapped)
+            raise

@@ -2,6 +2,7 @@
 
 from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
+from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
 from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.kwargs_handlers.handlers import Handlers, collect_handlers
@@ -9,6 +10,7 @@ from accel.kwargs_handlers.profile import ProfileKwargs
 
 __all__ = [
     "AutocastKwargs",
+    "BitsandbytesKwargs",
     "DistributedDataParallelKwargs",
     "FP8RecipeKwargs",
     "GradScalerKwargs",

@@ -5,6 +5,7 @@ from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulat
 from accel.accelerator.types import DistributedType, PrecisionType
 from accel.kwargs_handlers import (
     AutocastKwargs,
+    BitsandbytesKwargs,
     DistributedDataParallelKwargs,
     FP8RecipeKwargs,
     GradScalerKwargs,
@@ -20,6 +21,7 @@ __all__ = [
     "MSAMPRecipeKwargs",
     "TERecipeKwargs",
     "AutocastKwargs",
+    "BitsandbytesKwargs",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",

@@ -1,0 +1,48 @@
+"""The dataloader options in force, as Accelerator properties (Accelerate's names)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from accel._validation import check_bool
+from accel.accelerator.configs import DataLoaderConfiguration
+from accel.accelerator.data_config import check_dataloader_config
+
+
+class DataOptionsMixin:
+    """`split_batches`, `even_batches` (settable), `use_seedable_sampler`, `non_blocking`,
+    `dispatch_batches`: read from `dataloader_config`, which prepared dataloaders follow."""
+
+    dataloader_config: DataLoaderConfiguration
+
+    @property
+    def split_batches(self) -> bool:
+        """Whether each batch a prepared dataloader yields is split over the processes."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether samples are repeated so that every process gets the same number of batches
+        (settable, as in Accelerate: dataloaders prepared afterwards follow the new value)."""
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        config = dataclasses.replace(self.dataloader_config, even_batches=check_bool("even_batches", value))
+        check_dataloader_config(config)
+        self.dataloader_config = config
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """Whether prepared dataloaders shuffle with the seedable sampler (DataLoaderConfiguration)."""
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        """Whether batches are copied to the device with non_blocking=True."""
+        return self.dataloader_config.non_blocking
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """Never True: each process reads its own part of the data (DataLoaderConfiguration)."""
+        return self.dataloader_config.dispatch_batches
