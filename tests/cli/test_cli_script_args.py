@@ -63,7 +63,9 @@ def test_colliding_options_reach_the_script(run_accel, show_env_script: Path, pr
 
 MODULE = """\
 import json, os, sys
-print("MODULE", json.dumps([os.environ["RANK"], __name__, sys.argv[0].endswith("train.py"), sys.argv[1:]]))
+# one write per line: the two processes share stdout, where print's separate writes interleave
+line = json.dumps([os.environ["RANK"], __name__, sys.argv[0].endswith("train.py"), sys.argv[1:]])
+os.write(1, ("MODULE " + line + "\\n").encode())
 """
 
 
@@ -84,7 +86,8 @@ def test_a_script_with_two_processes_sees_what_python_script_py_gives(run_accel,
     (tmp_path / "sub" / "sibling.py").write_text("VALUE = 'sibling'\n")
     (tmp_path / "sub" / "train.py").write_text(
         "import json, os, sys, sibling\n"
-        "print('SCRIPT', json.dumps([sibling.VALUE, __name__, os.path.isabs(__file__), sys.argv[1:]]))\n"
+        "line = json.dumps([sibling.VALUE, __name__, os.path.isabs(__file__), sys.argv[1:]])\n"
+        "os.write(1, ('SCRIPT ' + line + '\\n').encode())  # one write: the ranks share stdout\n"
     )
     result = run_accel("launch", "--num_processes", "2", "--cpu", "sub/train.py", "--nnodes", "2")
     assert result.returncode == 0, result.stderr
