@@ -105,6 +105,11 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
         self.project_dir = self.project_configuration.project_dir
         self._setup_tracking(log_with)
+        self._start_registries()
+        options.check_same_setup(self)
+
+    def _start_registries(self) -> None:
+        """The empty lists of what gets prepared and registered."""
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -114,7 +119,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self._save_state_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()  # weak-referenceable, for the
         self._load_state_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()  # hooks' RemovableHandle
         self._trigger: torch.Tensor | None = None
-        options.check_same_setup(self)
 
     # ----------------------------------------------------------------- properties
     @property
