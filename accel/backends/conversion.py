@@ -80,14 +80,11 @@ class HeldWeight:
         return f"{self.name} ({self.kind}, {self.parameter} {shape}): not in FP8: {self.reason}"
 
 
-@dataclass(frozen=True)
-class ConversionReport:
-    """Every linear layer of the model, converted or skipped, with the reason; and the other
-    modules holding a weight matrix (``others``), which stay out of FP8, with the reason."""
+class LayerDecisions:
+    """What every per-layer report shares (FP8's conversion, bitsandbytes' quantization): `layers`,
+    and the converted and skipped ones among them."""
 
     layers: tuple[LayerDecision, ...]
-    unmatched_patterns: tuple[str, ...] = ()
-    others: tuple[HeldWeight, ...] = ()
 
     @property
     def converted(self) -> tuple[LayerDecision, ...]:
@@ -98,9 +95,24 @@ class ConversionReport:
         return tuple(d for d in self.layers if not d.converted)
 
     @property
+    def num_running(self) -> int:
+        """Layers that now run converted: converted by this call or already converted."""
+        return sum(d.category in (CONVERTED, ALREADY) for d in self.layers)
+
+
+@dataclass(frozen=True)
+class ConversionReport(LayerDecisions):
+    """Every linear layer of the model, converted or skipped, with the reason; and the other
+    modules holding a weight matrix (``others``), which stay out of FP8, with the reason."""
+
+    layers: tuple[LayerDecision, ...]
+    unmatched_patterns: tuple[str, ...] = ()
+    others: tuple[HeldWeight, ...] = ()
+
+    @property
     def num_fp8(self) -> int:
         """Layers that now run in FP8: converted by this call or already converted."""
-        return sum(d.category in (CONVERTED, ALREADY) for d in self.layers)
+        return self.num_running
 
     def summary(self) -> str:
         """One line, e.g. "FP8: converted 12 of 14 Linear layers (skipped: 1 not a multiple of 16, 1 excluded)",

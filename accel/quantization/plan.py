@@ -14,7 +14,16 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from accel.backends.conversion import ALREADY, CONVERTED, EXCLUDED, EXTRA_STATE, NOT_CALLED, ROOT, LayerDecision
+from accel.backends.conversion import (
+    ALREADY,
+    CONVERTED,
+    EXCLUDED,
+    EXTRA_STATE,
+    NOT_CALLED,
+    ROOT,
+    LayerDecision,
+    LayerDecisions,
+)
 
 TIED = "weight shared"
 ADAPTER = "peft adapter"
@@ -23,7 +32,7 @@ _SKIP_ORDER = (EXCLUDED, ALREADY, ADAPTER, TIED, EXTRA_STATE, NOT_CALLED, META, 
 
 
 @dataclass(frozen=True)
-class QuantizationReport:
+class QuantizationReport(LayerDecisions):
     """Every nn.Linear of a model: quantized to `mode`, or skipped with the reason."""
 
     mode: str
@@ -31,17 +40,9 @@ class QuantizationReport:
     unmatched_patterns: tuple[str, ...] = ()
 
     @property
-    def converted(self) -> tuple[LayerDecision, ...]:
-        return tuple(d for d in self.layers if d.converted)
-
-    @property
-    def skipped(self) -> tuple[LayerDecision, ...]:
-        return tuple(d for d in self.layers if not d.converted)
-
-    @property
     def num_quantized(self) -> int:
         """Layers that now run quantized: converted by this call or already quantized."""
-        return sum(d.category in (CONVERTED, ALREADY) for d in self.layers)
+        return self.num_running
 
     def summary(self) -> str:
         """One line, e.g. "bitsandbytes nf4-dq: quantized 24 of 25 Linear layers (skipped: 1 excluded)"."""
