@@ -1,0 +1,139 @@
+"""Sharding a prepared model with torch's fully_shard (FSDP2): the blocks first, then the root.
+
+Each unit (a transformer block, a large submodule, then the root with whatever is left) keeps
+only its shard of every parameter as a DTensor and all-gathers the full parameters just for
+its own forward and backward, then reduce-scatters the gradients. Units are sharded bottom-up
+(a unit's parameters must not already belong to an inner unit), as torch requires.
+
+`shard_model` runs after the precision's conversion (the weights have their dtype and the
+processes' weights already agree), in place of DistributedDataParallel.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed._composable import checkpoint as checkpoint_activations
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import OffloadPolicy, fully_shard
+
+from accel._warnings import warn_once
+from accel.accelerator.state import ProcessState
+from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
+from accel.fsdp.precision import mixed_precision_policy
+
+
+def shard_model(
+    model: nn.Module,
+    plugin: FullyShardedDataParallelPlugin,
+    precision_name: str,
+    device: torch.device,
+    process_state: ProcessState,
+) -> nn.Module:
+    """`model` sharded over the processes as `plugin` says; the same object (its class becomes
+    an FSDPModule subclass; parameter names do not change).
+
+    With one process there is nothing to shard: the model trains unsharded (activation
+    checkpointing still applies) and a warning says so. Raises ValueError for a wrap class name
+    that matches no module and for a precision that FSDP2 cannot run (FP8).
+    """
+    policy = mixed_precision_policy(precision_name, plugin.mixed_precision_policy)
+    units = modules_to_shard(model, plugin)
+    if plugin.activation_checkpointing:
+        for unit in units:
+            checkpoint_activations(unit)
+    if not process_state.distributed:
+        warn_once(
+            "FullyShardedDataParallelPlugin with one process: there is nothing to shard, so the model trains "
+            "unsharded (activation_checkpointing still applies; cpu_offload, reshard_after_forward and the "
+            "mixed_precision_policy have nothing to act on). Launch with several processes to shard it: "
+            "accel launch --num_processes N --use_fsdp script.py.",
+            UserWarning,
+        )
+        return model
+    mesh = init_device_mesh(device.type, (process_state.num_processes,))
+    options = dict(
+        mesh=mesh,
+        reshard_after_forward=plugin.reshard_after_forward,
+        mp_policy=policy,
+        offload_policy=plugin.offload_policy or OffloadPolicy(),
+    )
+    for unit in units:
+        fully_shard(unit, **options)
+    fully_shard(model, **options)
+    return model
+
+
+def modules_to_shard(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> list[nn.Module]:
+    """The submodules to shard as their own units before the root, innermost first.
+
+    Raises ValueError when the transformer class names match no module of `model`.
+    """
+    policy = plugin.auto_wrap_policy
+    if policy is None:
+        return []
+    if policy == "transformer_based_wrap":
+        classes = set(_block_class_names(model, plugin))
+        return [m for m in _post_order(model) if m is not model and type(m).__name__ in classes]
+    if policy == "size_based_wrap":
+        return _by_size(model, plugin.min_num_params or DEFAULT_MIN_NUM_PARAMS)
+    return [m for m in _post_order(model) if m is not model and policy(m)]  # type: ignore[operator]
+
+
+def _block_class_names(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> tuple[str, ...]:
+    """The transformer block class names to wrap, each checked against the model's own classes."""
+    names = plugin.transformer_cls_names_to_wrap
+    if names is None:
+        names = tuple(getattr(model, "_no_split_modules", None) or ())
+        if not names:
+            raise ValueError(
+                "FullyShardedDataParallelPlugin(auto_wrap_policy='transformer_based_wrap') needs "
+                "transformer_cls_names_to_wrap (fsdp_transformer_layer_cls_to_wrap), and the model has no "
+                f"_no_split_modules to take them from. Its classes: {', '.join(_class_names(model))}."
+            )
+    found = set(_class_names(model))
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        raise ValueError(
+            f"FullyShardedDataParallelPlugin.transformer_cls_names_to_wrap: {', '.join(map(repr, unknown))} "
+            f"match(es) no module of the model. The model's classes: {', '.join(_class_names(model))}. "
+            "Name the class of its repeated blocks (fsdp_transformer_layer_cls_to_wrap)."
+        )
+    return names
+
+
+def _class_names(model: nn.Module) -> list[str]:
+    """The class names of `model`'s modules, each once, in the order first met."""
+    return list(dict.fromkeys(type(m).__name__ for m in model.modules()))
+
+
+def _post_order(module: nn.Module) -> list[nn.Module]:
+    """`module` and its submodules, children before parents (each module once)."""
+    seen: set[int] = set()
+    order: list[nn.Module] = []
+
+    def visit(current: nn.Module) -> None:
+        if id(current) in seen:
+            return
+        seen.add(id(current))
+        for child in current.children():
+            visit(child)
+        order.append(current)
+
+    visit(module)
+    return order
+
+
+def _by_size(model: nn.Module, min_num_params: int) -> list[nn.Module]:
+    """Submodules holding >= `min_num_params` parameters not already in an inner unit (FSDP1's
+    size_based_auto_wrap_policy, bottom-up)."""
+    taken: set[int] = set()
+    units = []
+    for module in _post_order(model):
+        if module is model:
+            continue
+        free = [p for p in module.parameters() if id(p) not in taken]
+        if sum(p.numel() for p in free) >= min_num_params:
+            units.append(module)
+            taken.update(id(p) for p in free)
+    return units
