@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.accelerator.skipping import skip_first_batches as skip_first_batches
     from accel.accelerator.types import DistributedType as DistributedType
     from accel.big_modeling import init_empty_weights as init_empty_weights
+    from accel.fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.big_modeling import init_on_device as init_on_device
     from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
     from accel.launchers import debug_launcher as debug_launcher
@@ -57,6 +58,7 @@ _EXPORTS = {
     "notebook_launcher": "accel.launchers",
     "debug_launcher": "accel.launchers",
     "ProfileKwargs": "accel.kwargs_handlers",
+    "FullyShardedDataParallelPlugin": "accel.fsdp",
 }
 
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]

@@ -44,6 +44,9 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     collect_handlers,
 )
+from accel import fsdp
+from accel.accelerator import fsdp_wiring as sharding
+from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
@@ -80,6 +83,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         even_batches: bool | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
     ) -> None:
         check_environment()
         options.dynamo_backend(dynamo_plugin.backend if dynamo_plugin is not None else dynamo_backend)
@@ -97,7 +101,9 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
         self.quantizer: Quantizer | None = create_quantizer(self.handlers, self.precision, self.process_state.device)
         """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
-        self.state = AcceleratorState.of(self.process_state, self.precision.name)
+        self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision.name, self.quantizer)
+        """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
+        self.state = AcceleratorState.of(self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin)
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
         self.device_placement = check_bool("device_placement", device_placement)
@@ -119,6 +125,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self._save_state_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()  # weak-referenceable, for the
         self._load_state_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()  # hooks' RemovableHandle
         self._trigger: torch.Tensor | None = None
+        self._fsdp_names: dict[int, str] = {}
 
     # ----------------------------------------------------------------- properties
     @property
@@ -231,8 +238,11 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         if evaluation_mode:
             self._models.append(model)
             return model
-        ddp_options = self.handlers.get(DistributedDataParallelKwargs)
-        model = model_utils.wrap_for_processes(model, self.process_state, ddp_options)
+        if self.fsdp_plugin is not None:
+            model = sharding.shard(self, model)
+        else:
+            ddp_options = self.handlers.get(DistributedDataParallelKwargs)
+            model = model_utils.wrap_for_processes(model, self.process_state, ddp_options)
         self._models.append(model)
         return model
 
@@ -249,6 +259,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         if existing is not None:
             return existing
         self.precision.check_optimizer(optimizer)
+        sharding.retarget(self, optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._optimizers.append(wrapped)
         return wrapped
@@ -326,6 +337,8 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         if not self.gradient_state.sync_gradients:
             return None
         self.unscale_gradients()
+        if self.fsdp_plugin is not None:
+            return fsdp.clip_grad_norm_(parameters, max_norm, norm_type)
         return self.precision.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor] | torch.Tensor, clip_value: float) -> None:

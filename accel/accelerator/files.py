@@ -11,7 +11,9 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from accel._warnings import warn_once
+from accel import fsdp
 from accel.accelerator import checkpointing
+from accel.accelerator.fsdp_wiring import refuse_checkpoints
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
 from accel.accelerator.io import require_safetensors_writer
@@ -42,6 +44,8 @@ class FilesMixin:
             model = self.unwrap_model(model, keep_torch_compile=False)
         if dequantize and self.quantizer is not None:
             return self.quantizer.model_state_dict(model, dequantize=True)
+        if fsdp.is_sharded(model):  # every process must call it; the main one gets the full tensors
+            return fsdp.full_state_dict(model)
         return self.precision.model_state_dict(model)
 
     def save_model(
@@ -99,6 +103,7 @@ class FilesMixin:
                 "and weights-only tensors, never pickles; the checkpoint is written that way.",
                 category=UserWarning,
             )
+        refuse_checkpoints(self, "save_state")  # type: ignore[arg-type]
         return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]
 
     def load_state(
@@ -116,6 +121,7 @@ class FilesMixin:
                 f"load_state got {sorted(given)}: accel restores its checkpoints exactly and takes "
                 "no options for loading the model (a strict load always). Drop these arguments."
             )
+        refuse_checkpoints(self, "load_state")  # type: ignore[arg-type]
         return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]
 
     def register_for_checkpointing(self, *objects: Any) -> None:

@@ -173,3 +173,23 @@ def check_same_setup(accelerator: Any) -> None:
             **recipes,
         )
     )
+
+
+def fsdp_plugin(plugin: Any, precision: str, quantizer: Any) -> Any:
+    """The FSDP plugin, checked against the precision (fp8 refused) and quantization; None without one."""
+    if plugin is None:
+        return None
+    from accel.fsdp import FullyShardedDataParallelPlugin, mixed_precision_policy
+
+    if not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise TypeError(
+            f"Accelerator(fsdp_plugin={plugin!r}): give a FullyShardedDataParallelPlugin "
+            "(from accel.utils import FullyShardedDataParallelPlugin)."
+        )
+    mixed_precision_policy(precision, plugin.mixed_precision_policy)
+    if quantizer is not None:
+        raise ValueError(
+            "Accelerator got BitsandbytesKwargs and fsdp_plugin: quantized layers are not sharded by fully_shard in "
+            "accel; use one or the other."
+        )
+    return plugin

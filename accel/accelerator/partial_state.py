@@ -103,7 +103,9 @@ class PartialState:
 
     @property
     def distributed_type(self) -> DistributedType:
-        """NO in a single process, else MULTI_CPU, MULTI_GPU, ... by the device."""
+        """FSDP when models are sharded; else NO in a single process, MULTI_CPU, MULTI_GPU, ... by the device."""
+        if getattr(self, "fsdp_plugin", None) is not None:
+            return DistributedType.FSDP
         return distributed_type_of(self._process)
 
     @property

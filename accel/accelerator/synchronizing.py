@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.distributed.algorithms.join import Join, Joinable
 
+from accel import fsdp
 from accel.accelerator import operations
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.state import ProcessState
@@ -29,7 +30,9 @@ class SyncMixin:
     _trigger: torch.Tensor | None
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
-        """Skip DDP's gradient all-reduce inside the block (nothing to skip in one process)."""
+        """Skip DDP's gradient all-reduce (FSDP's reduce-scatter) inside the block (nothing to skip in one process)."""
+        if fsdp.is_sharded(model):
+            return fsdp.no_sync(model)
         if isinstance(model, nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()

@@ -69,6 +69,7 @@ from accel.utils.dataclasses import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
+from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.utils.environment import clear_environment, patch_environment, write_basic_config
 from accel.utils.operations import (
     CannotPadNestedTensorWarning,
@@ -87,6 +88,7 @@ _FROM_TRACKING = ("LoggerType",)
 """Names that live in accel.tracking, imported on first use."""
 
 __all__ = [
+    "FullyShardedDataParallelPlugin",
     "AORecipeKwargs",
     "MSAMPRecipeKwargs",
     "TERecipeKwargs",

@@ -87,7 +87,12 @@ def test_a_given_policy_wins_and_fp8_is_refused_with_the_reason() -> None:
             mixed_precision_policy(name, None)
 
 
-def test_one_process_warns_that_nothing_is_sharded_and_still_checkpoints_activations() -> None:
+def test_one_process_warns_that_nothing_is_sharded_and_still_checkpoints_activations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel import _warnings
+
+    monkeypatch.setattr(_warnings, "_given", set())  # warned once per process: an earlier test may have seen it
     model = make_model()
     plugin = Plugin(auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="Block",
                     activation_checkpointing=True)
