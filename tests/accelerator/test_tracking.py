@@ -141,9 +141,7 @@ def test_init_kwargs_with_a_misspelt_tracker_raises(tmp_path: Path) -> None:
 def test_logging_dir_is_the_configured_one_else_the_project_dir(tmp_path: Path) -> None:
     assert Accelerator(project_dir=tmp_path).logging_dir == tmp_path
     assert Accelerator().logging_dir is None
-    if "logging_dir" not in ProjectConfiguration.__dataclass_fields__:
-        pytest.skip("ProjectConfiguration has no logging_dir field yet")
-    config = ProjectConfiguration(project_dir=tmp_path, logging_dir=tmp_path / "logs")  # type: ignore[call-arg]
+    config = ProjectConfiguration(project_dir=tmp_path, logging_dir=tmp_path / "logs")
     accelerator = Accelerator(log_with="jsonl", project_config=config)
     assert accelerator.logging_dir == tmp_path / "logs"
 

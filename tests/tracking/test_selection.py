@@ -66,8 +66,7 @@ def test_a_missing_library_raises_naming_the_pip_install(tmp_path: Path, monkeyp
 
 @pytest.mark.parametrize("name", ["jsonl", "tensorboard", "aim"])
 def test_a_tracker_needing_a_folder_without_one_raises_saying_what_to_pass(name: str) -> None:
-    if missing_install(LOGGER_TYPE_TO_CLASS[name]) is not None:
-        pytest.skip(f"{name} is not installed")
+    assert missing_install(LOGGER_TYPE_TO_CLASS[name]) is None, f"{name} is in the test extra"
     with pytest.raises(ValueError, match=rf"log_with='{name}'.*project_dir="):
         filter_trackers(name, None)
 
