@@ -10,14 +10,14 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from accel._warnings import warn_once
 from accel import fsdp
+from accel._warnings import warn_once
 from accel.accelerator import checkpointing
-from accel.accelerator.fsdp_wiring import refuse_checkpoints
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
+from accel.accelerator.fsdp_wiring import refuse_checkpoints
 from accel.accelerator.io import require_safetensors_writer
-from accel.accelerator.model_files import parse_size, write_model_files
+from accel.accelerator.model_files import parse_size, write_model_files, write_object
 from accel.backends.base import PrecisionBackend
 from accel.quantization import Quantizer
 
@@ -75,14 +75,8 @@ class FilesMixin:
     def save(self, obj: Any, f: str | Path, safe_serialization: bool = False) -> None:
         """Save `obj` to `f` on the main process only (Accelerate's `save`): torch.save, or with
         `safe_serialization=True` a safetensors file (then `obj` must be a dict of tensors)."""
-        if not self.is_main_process:
-            return
-        if safe_serialization:
-            from safetensors.torch import save_file
-
-            save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})
-        else:
-            torch.save(obj, f)
+        if self.is_main_process:
+            write_object(obj, f, safe_serialization)
 
     def save_state(self, output_dir: str | Path | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any) -> Path:
         """Write a checkpoint of everything needed to resume exactly; returns its folder.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -97,3 +98,19 @@ def _remove_earlier(directory: Path, base: str) -> None:
     for path in earlier:
         if path.is_file():
             path.unlink()
+
+
+def write_object(obj: Any, f: str | Path, safe_serialization: bool) -> None:
+    """Accelerate's `save`: torch.save, or with `safe_serialization` a safetensors file, for which
+    `obj` must be a dict of tensors (anything else raises, naming what was given)."""
+    if not safe_serialization:
+        torch.save(obj, f)
+        return
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise TypeError(
+            f"save(safe_serialization=True) writes a dict of tensors, got {type(obj).__name__}; pass a "
+            "state_dict(), or safe_serialization=False for other objects."
+        )
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})

@@ -149,6 +149,7 @@ def gather_object(obj: Any, state: ProcessState) -> list[Any]:
 @named_collective("broadcast_object")
 def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> Any:
     """`from_process`'s object, on every process."""
+    _check_source(from_process, state)
     if not state.distributed:
         return obj
     holder = [obj]
@@ -160,6 +161,7 @@ def broadcast_object(obj: Any, state: ProcessState, from_process: int = 0) -> An
 def broadcast_object_list(objects: list[Any], state: ProcessState, from_process: int = 0) -> list[Any]:
     """Replace, in place, the items of `objects` by `from_process`'s; returns `objects`. Every process
     passes a list of the same length (Accelerate's meaning)."""
+    _check_source(from_process, state)
     if not isinstance(objects, list):
         raise TypeError(
             f"broadcast_object_list takes a list (filled in place), not {type(objects).__name__}; wrap the object "
@@ -174,6 +176,7 @@ def broadcast_object_list(objects: list[Any], state: ProcessState, from_process:
 def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
     """`from_process`'s values of every tensor in `data` (a tensor or a nested tuple/list/dict of them),
     written into those tensors on every process (same structure, shapes and dtypes); returns `data`."""
+    _check_source(from_process, state)
     if not state.distributed:
         return data
     leaves = tensors_of(data)
@@ -271,3 +274,12 @@ def _to_comm(tensor: torch.Tensor, state: ProcessState) -> torch.Tensor:
     if state.backend in ("nccl", "xccl") and tensor.device != state.device:
         return tensor.to(state.device)
     return tensor
+
+
+def _check_source(from_process: Any, state: ProcessState) -> None:
+    """A broadcast's source must be one of the processes (torch would fail deep inside the collective)."""
+    if isinstance(from_process, bool) or not isinstance(from_process, int) or not 0 <= from_process < state.num_processes:
+        raise ValueError(
+            f"broadcast(from_process={from_process!r}): give the index of a process, an int from 0 to "
+            f"{state.num_processes - 1} (this run has {state.num_processes})."
+        )

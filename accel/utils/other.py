@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from accel.accelerator import model as model_utils
+from accel.accelerator.model_files import write_object
 from accel.accelerator.partial_state import PartialState
 
 
@@ -25,12 +25,7 @@ def save(obj: Any, f: str | Path, save_on_each_node: bool = False, safe_serializ
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return
-    if safe_serialization:
-        from safetensors.torch import save_file
-
-        save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})
-    else:
-        torch.save(obj, f)
+    write_object(obj, f, safe_serialization)
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
