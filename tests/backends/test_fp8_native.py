@@ -193,6 +193,24 @@ def test_per_layer_statistics_are_readable() -> None:
     assert accelerator.step_stats == {"skipped_steps": 0}
 
 
+def test_saturated_and_flushed_are_counted_on_the_first_and_every_nth_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting costs passes over every tensor: on for the first step and every STATS_INTERVAL-th, and
+    the counts of the last counted step stay readable in between; the amax is recorded at every step."""
+    import accel.backends.fp8_native as fp8_native
+
+    monkeypatch.setattr(fp8_native, "STATS_INTERVAL", 3)
+    accelerator, model, optimizer = prepared(margin=0)
+    scaler = model.fc1.input_scaler
+    counting, amaxes = [], []
+    for _ in range(7):
+        counting.append(scaler.count_stats)
+        train(accelerator, model, optimizer, 1)
+        amaxes.append(float(scaler.last_amax))
+        assert "saturated" in accelerator.precision.fp8_stats()["fc1.input"]
+    assert counting == [True, False, False, True, False, False, True]
+    assert all(a > 0 for a in amaxes) and len(set(amaxes)) > 1
+
+
 def test_the_state_dict_has_original_names_and_values_and_loads_strictly(tmp_path: Path) -> None:
     accelerator, model, optimizer = prepared()
     train(accelerator, model, optimizer, 3)

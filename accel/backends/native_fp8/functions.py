@@ -28,6 +28,55 @@ from accel.backends.native_fp8.scaling import TensorScaler
 Scalers = tuple[TensorScaler, TensorScaler, TensorScaler]
 
 
+Saved = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""What forward keeps for backward: the GEMM operands of x and w and their dequantization scales."""
+
+
+def linear_forward(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scalers: Scalers, out_dtype: torch.dtype,
+    compact: CompactLayer | None, fp8_weight: FP8Weight | None, transposed: bool,
+) -> tuple[torch.Tensor, Saved]:
+    """y = x_q @ w_q.T (+ bias) in ``out_dtype``, and what backward needs (see Float8LinearFunction)."""
+    input_scaler, weight_scaler, _ = scalers
+    x_q, x_inv = input_scaler.quantize(x)
+    weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
+    w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
+    if fp8_weight is None:
+        w_q, w_inv = weight_scaler.quantize(w, weight_scale_inv)
+    else:
+        w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
+    x_op, w_op = operand(x_q), operand(w_q)
+    y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
+    if bias is not None:
+        y.add_(bias if compact is None or compact.bias is None else compact.bias.storage.value(y.dtype))
+    return y, (x_op, w_op, x_inv, w_inv)
+
+
+def linear_backward(
+    grad_y: torch.Tensor, saved: Saved, grad_scaler: TensorScaler, compact: CompactLayer | None,
+    dtypes: tuple[torch.dtype, torch.dtype, torch.dtype | None], transposed: bool, needs: tuple[bool, bool, bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(dX, dW, db) of :func:`linear_forward`, for the inputs in ``needs``; ``dtypes`` are x's, the
+    weight's and the bias's. Under O1/O2 dW and db go to ``compact``'s FP8 gradients (None returned)."""
+    x_op, w_op, x_inv, w_inv = saved
+    need_x, need_w, need_b = needs
+    x_dtype, weight_dtype, bias_dtype = dtypes
+    grad_x = grad_w = None
+    if need_x or need_w:
+        g_q, g_inv = grad_scaler.quantize(grad_y)
+        g_op = operand(g_q)
+        if need_x:
+            grad_x = gemm(g_op, as_mat2(w_op), g_inv, w_inv, x_dtype)
+        # dW in the Parameter's layout: g.T @ x (out, in), or x.T @ g (in, out) for a transposed weight
+        pair = (x_op, g_op, x_inv, g_inv) if transposed else (g_op, x_op, g_inv, x_inv)
+        if need_w and compact is not None:
+            compact.weight.grad.add(weight_gradient(*pair, torch.float32))
+        elif need_w:
+            grad_w = weight_gradient(*pair, weight_dtype)
+    grad_b = _bias_gradient(grad_y, compact, bias_dtype) if need_b and bias_dtype is not None else None
+    return grad_x, grad_w, grad_b
+
+
 class Float8LinearFunction(torch.autograd.Function):
     """The FP8 GEMMs of a 2-D linear layer, with its (input, weight, grad_output) scalers.
 
@@ -41,46 +90,21 @@ class Float8LinearFunction(torch.autograd.Function):
         out_dtype: torch.dtype, compact: CompactLayer | None, fp8_weight: FP8Weight | None = None,
         transposed: bool = False,
     ) -> torch.Tensor:
-        input_scaler, weight_scaler, grad_scaler = scalers
-        x_q, x_inv = input_scaler.quantize(x)
-        weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
-        w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
-        if fp8_weight is None:
-            w_q, w_inv = weight_scaler.quantize(w, weight_scale_inv)
-        else:
-            w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
-        x_op, w_op = operand(x_q), operand(w_q)
-        y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
-        if bias is not None:
-            y.add_(bias if compact is None or compact.bias is None else compact.bias.storage.value(y.dtype))
-        ctx.save_for_backward(x_op, w_op, x_inv, w_inv)
-        ctx.grad_scaler = grad_scaler
+        y, saved = linear_forward(x, weight, bias, scalers, out_dtype, compact, fp8_weight, transposed)
+        ctx.save_for_backward(*saved)
+        ctx.grad_scaler = scalers[2]
         ctx.compact = compact
-        ctx.x_dtype = x.dtype
-        ctx.weight_dtype = weight.dtype
-        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.transposed = transposed
         return y
 
     @staticmethod
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x_op, w_op, x_inv, w_inv = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        compact: CompactLayer | None = ctx.compact
-        grad_x = grad_w = None
-        if need_x or need_w:
-            g_q, g_inv = ctx.grad_scaler.quantize(grad_y)
-            g_op = operand(g_q)
-            if need_x:
-                grad_x = gemm(g_op, as_mat2(w_op), g_inv, w_inv, ctx.x_dtype)
-            # dW in the Parameter's layout: g.T @ x (out, in), or x.T @ g (in, out) for a transposed weight
-            pair = (x_op, g_op, x_inv, g_inv) if ctx.transposed else (g_op, x_op, g_inv, x_inv)
-            if need_w and compact is not None:
-                compact.weight.grad.add(weight_gradient(*pair, torch.float32))
-            elif need_w:
-                grad_w = weight_gradient(*pair, ctx.weight_dtype)
-        grad_b = _bias_gradient(grad_y, compact, ctx.bias_dtype) if need_b else None
-        return grad_x, grad_w, grad_b, None, None, None, None, None
+        grads = linear_backward(
+            grad_y, ctx.saved_tensors, ctx.grad_scaler, ctx.compact, ctx.dtypes, ctx.transposed,
+            tuple(ctx.needs_input_grad[:3]),
+        )
+        return (*grads, None, None, None, None, None)
 
 
 def _bias_gradient(grad_y: torch.Tensor, compact: CompactLayer | None, dtype: torch.dtype) -> torch.Tensor | None:

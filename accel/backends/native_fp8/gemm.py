@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from accel.backends.native_fp8.cpu_gemm import cpu_mm, upcast
+from accel.backends.native_fp8.cpu_gemm import compute_dtype, cpu_mm, upcast
 
 CUDA_GEMM_ALIGNMENT = 16
 """CUDA's _scaled_mm needs every dimension but mat1's rows to be a multiple of 16."""
+
+
+def operand_dtype(fp8_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype :func:`operand` gives for an FP8 tensor of ``fp8_dtype`` on ``device``."""
+    return compute_dtype() if device.type == "cpu" else fp8_dtype
 
 
 def operand(q: torch.Tensor) -> torch.Tensor:

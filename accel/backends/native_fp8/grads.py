@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import torch
 
-from accel.backends.native_fp8.formats import E4M3, fp8_max
+from accel.backends.native_fp8.formats import E4M3, cast_to_fp8, fp8_max
 from accel.backends.native_fp8.rounding import fp8_to_float
 from accel.backends.native_fp8.scaling import _raw_scale, tensor_amax
 
@@ -53,7 +53,7 @@ class FP8Gradient:
             grad = grad.add_(self.dequantize())
         amax = tensor_amax(grad)
         scale = _raw_scale(amax, self._numerator)
-        self.data = grad.mul_(scale).clamp_(-self._limit, self._limit).to(self.dtype)
+        self.data = cast_to_fp8(grad, scale, self.dtype)
         finite = torch.isfinite(amax)
         self.scale_inv = torch.where(finite, scale.reciprocal(), torch.full_like(scale, torch.nan))
         self.step_amax = torch.maximum(self.step_amax, amax)

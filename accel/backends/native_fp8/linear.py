@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel.backends.native_fp8 import compiled
 from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.formats import format_dtypes
 from accel.backends.native_fp8.fp8_weight import FP8Weight
@@ -142,6 +143,10 @@ class Float8Linear(nn.Linear):
     def _init_fp8(self, config: Float8Config) -> None:
         self.config = config
         self.enabled = True
+        self.compile_handle = compiled.register(self)
+        """How the custom operators of torch.compile find this layer (compiled.py)."""
+        self.compile_token = torch.zeros((), dtype=torch.int64, device=self.weight.device)
+        """Written by each compiled backward, so that the compiler keeps it in place (compiled.py)."""
         self.compact: CompactLayer | None = None
         """O1/O2 storage (16-bit weights, FP8 gradients), once :meth:`make_compact` was called."""
         self.fp8_weight: FP8Weight | None = None
@@ -212,6 +217,8 @@ class Float8Linear(nn.Linear):
         device_type = x.device.type
         scalers = (self.input_scaler, self.weight_scaler, self.grad_scaler)
         x2 = x.reshape(-1, self.in_features)
+        if torch.compiler.is_compiling():
+            return self._compiled_forward(x, x2)
         if torch.is_autocast_enabled(device_type):
             # The FP8 GEMMs are done as they are (autocast must not cast their fp32 scales or
             # operands), and y comes out in the autocast dtype, as nn.Linear's would.
@@ -226,6 +233,23 @@ class Float8Linear(nn.Linear):
             )
         return y.reshape(*x.shape[:-1], self.out_features)
 
+    def _compiled_forward(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        """forward under torch.compile: the FP8 product as custom operators the graph runs through."""
+        device_type = x.device.type
+        if torch.is_autocast_enabled(device_type):
+            out_dtype = torch.get_autocast_dtype(device_type)
+            with torch.autocast(device_type, enabled=False):
+                y = compiled.fp8_linear(x2, self, out_dtype)
+        else:
+            y = compiled.fp8_linear(x2, self, x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A copy (copy.deepcopy, pickle) is a layer of its own for the compiled operators.
+        super().__setstate__(state)
+        if "compile_handle" in state:
+            self.compile_handle = compiled.register(self)
+
     def _apply(self, fn: Any, recurse: bool = True) -> Float8Linear:
         # Scalers follow the weight's device but keep their own dtypes (fp32/bool/int64).
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
@@ -233,6 +257,7 @@ class Float8Linear(nn.Linear):
             self.fp8_weight.invalidate()
         for scaler in (self.input_scaler, self.weight_scaler, self.grad_scaler):
             scaler.to(self.weight.device)
+        self.compile_token = torch.zeros((), dtype=torch.int64, device=self.weight.device)  # meta holds no value to move
         if self.compact is not None:
             for _, part in self.compact.named():
                 part.to(self.weight.device)

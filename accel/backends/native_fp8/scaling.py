@@ -133,8 +133,11 @@ class TensorScaler:
         self.margin = margin
         self.amax_compute_algo = amax_compute_algo
         self.scaling = scaling
-        # Counting saturated and flushed values costs extra passes over the tensor.
+        # Counting saturated and flushed values costs extra passes over the tensor: whoever owns
+        # the scaler may switch it on for some steps only (the backend counts every Nth step).
         self.count_stats = count_stats
+        self.has_counts = False
+        """True once a step with counting on has ended: ``last_stats`` then holds its counts."""
         self._init_state(amax_history_len, device)
 
     def _init_state(self, amax_history_len: int, device: torch.device | str | None) -> None:
@@ -231,6 +234,7 @@ class TensorScaler:
         if self.count_stats:
             self.last_saturated, self.last_flushed = self.step_saturated, self.step_flushed
             self.step_saturated = self.step_flushed = self._zero_count
+            self.has_counts = True
 
     def _history_amax(self) -> torch.Tensor:
         if self.amax_compute_algo == "max":
@@ -242,9 +246,10 @@ class TensorScaler:
         return ~torch.isfinite(self.step_amax)
 
     def last_stats(self) -> dict[str, torch.Tensor]:
-        """The last finished step: amax, current scale, and (if counted) saturated/flushed counts."""
+        """The last finished step's amax, the current scale, and the saturated/flushed counts of
+        the last finished step that counted them (once one has)."""
         stats = {"amax": self.last_amax, "scale": self.scale}
-        if self.count_stats:
+        if self.count_stats or self.has_counts:
             stats["saturated"] = self.last_saturated
             stats["flushed"] = self.last_flushed
         return stats
@@ -291,6 +296,33 @@ class TensorScaler:
         return self
 
 
+def _update_together(scalers: list[TensorScaler]) -> None:
+    """:meth:`TensorScaler.update` of scalers on one device with one history length, stacked."""
+    amax = torch.stack([s.step_amax for s in scalers])
+    finite = torch.isfinite(amax)
+    history = torch.stack([s.amax_history for s in scalers])
+    rolled = torch.cat((amax.unsqueeze(1), history[:, :-1]), dim=1)
+    history = torch.where(finite.unsqueeze(1), rolled, history)
+    by_max = torch.tensor([s.amax_compute_algo == "max" for s in scalers], device=amax.device)
+    history_amax = torch.where(by_max, history.amax(dim=1), history[:, 0])
+    previous = torch.stack([s.scale for s in scalers])
+    numerator = torch.stack([s._numerator for s in scalers])
+    usable = torch.isfinite(history_amax) & (history_amax > 0)
+    scale = torch.where(usable, _raw_scale(history_amax, numerator), previous)
+    delayed = torch.tensor([s.scaling == "delayed" for s in scalers], device=amax.device)
+    scale = torch.where(delayed, scale, previous)
+    calibrated = torch.stack([s.calibrated for s in scalers]) | (finite & (amax > 0))
+    # Each scaler gets tensors of its own (clones, not views of the stacks), as its update would.
+    for scaler, row, new_scale, flag in zip(scalers, history, scale, calibrated):
+        scaler.amax_history, scaler.scale, scaler.calibrated = row.clone(), new_scale.clone(), flag.clone()
+        scaler.last_amax = scaler.step_amax
+        scaler.step_amax = scaler._zero
+        if scaler.count_stats:
+            scaler.last_saturated, scaler.last_flushed = scaler.step_saturated, scaler.step_flushed
+            scaler.step_saturated = scaler.step_flushed = scaler._zero_count
+            scaler.has_counts = True
+
+
 class ScalerGroup:
     """All the scalers of a model, by name, for the once-per-step work.
 
@@ -323,10 +355,20 @@ class ScalerGroup:
             scaler.step_amax = amax
 
     def update(self) -> None:
-        """End the step on every scaler: reduce the amaxes, then update the scales."""
+        """End the step on every scaler: reduce the amaxes, then update the scales.
+
+        What :meth:`TensorScaler.update` does, computed for all the scalers that share a device and
+        a history length at once: a few operations per step instead of a few per scaler.
+        """
         self.reduce_amax()
+        batches: dict[tuple[torch.device, int], list[TensorScaler]] = {}
         for scaler in self.scalers.values():
-            scaler.update()
+            batches.setdefault((scaler.device, scaler.amax_history_len), []).append(scaler)
+        for batch in batches.values():
+            if len(batch) == 1:
+                batch[0].update()
+            else:
+                _update_together(batch)
 
     def found_nonfinite(self) -> torch.Tensor:
         """0-dim bool tensor: did any FP8 cast in this step see NaN or inf?"""

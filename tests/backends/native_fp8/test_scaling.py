@@ -303,3 +303,32 @@ def test_empty_group() -> None:
     assert group.found_nonfinite().item() is False
     group.update()
     assert group.state_dict() == {}
+
+
+def test_group_update_equals_each_scalers_own_update() -> None:
+    """The group's stacked update gives every scaler exactly what its own update() would, for mixed
+    formats, algorithms, margins and scaling modes, through zero, NaN and infinite amaxes."""
+
+    def scalers() -> list[TensorScaler]:
+        return [
+            TensorScaler(E4M3, amax_history_len=4),
+            TensorScaler(E5M2, amax_history_len=4, margin=2, amax_compute_algo="most_recent"),
+            TensorScaler(E4M3, amax_history_len=4, scaling="current", count_stats=True),
+            TensorScaler(E4M3, amax_history_len=3),  # another history length: its own batch
+        ]
+
+    grouped, alone = scalers(), scalers()
+    group = ScalerGroup({str(i): s for i, s in enumerate(grouped)})
+    generator = torch.Generator().manual_seed(0)
+    for amaxes in ([0.0, 3.0, 1.0, 2.0], [5.0, math.nan, 0.5, 0.0], [1e-3, 70000.0, math.inf, 4.0], [2.0] * 4):
+        for a, b, amax in zip(grouped, alone, amaxes):
+            x = torch.randn(16, generator=generator) * amax
+            a.quantize(x)
+            b.quantize(x)
+        group.update()
+        for scaler in alone:
+            scaler.update()
+        for a, b in zip(grouped, alone):
+            for key, value in b.state_dict().items():
+                torch.testing.assert_close(a.state_dict()[key], value, rtol=0, atol=0, equal_nan=True, msg=key)
+            torch.testing.assert_close(a.last_stats(), b.last_stats(), rtol=0, atol=0, equal_nan=True)
