@@ -5,7 +5,11 @@ From `Setting.name` come the YAML key of config.yaml, the `accel launch` flag
 `accel launch` hands the value to the script. `Setting.keyword` is the Accelerator's keyword
 argument. The FP8 recipe's settings are derived from the fields of FP8RecipeKwargs: field `f`
 is the YAML key `fp8_config: {f: ...}`, the flag `--fp8_f`, the variable `ACCEL_FP8_F` and the
-keyword `FP8RecipeKwargs(f=...)`.
+keyword `FP8RecipeKwargs(f=...)`. The quantization settings derive the same way from the fields
+of BitsandbytesKwargs (`bnb_config: {mode: ...}`, `--bnb_mode`, ACCEL_BNB_MODE). FSDP's are
+Accelerate's keys: `use_fsdp` (an Accelerate config's `distributed_type: FSDP`) and, under
+`fsdp_config:`, `fsdp_auto_wrap_policy` and the rest, each also the flag and ACCEL_ variable stem,
+with FullyShardedDataParallelPlugin's field as keyword.
 
 A value that cannot be parsed raises ValueError naming where it came from. Torch-free, so that
 the command line can share it.
@@ -19,8 +23,10 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from accel._validation import check_choice
+from accel._validation import check_choice, choice_error
 from accel.backends.names import CANONICAL_PRECISIONS, resolve_precision
+from accel.kwargs_handlers.bitsandbytes import BNB_MODES, DTYPE_NAMES, BitsandbytesKwargs
+from accel.kwargs_handlers.dynamo import DYNAMO_BACKENDS, DYNAMO_MODES
 from accel.kwargs_handlers.fp8 import (
     AMAX_COMPUTE_ALGOS,
     BASE_PRECISIONS,
@@ -30,6 +36,13 @@ from accel.kwargs_handlers.fp8 import (
     SCALINGS,
     FP8RecipeKwargs,
 )
+from accel.kwargs_handlers.fsdp_names import (
+    CONFIG_KEYS,
+    FSDP_VERSION_1_REASON,
+    FSDP_VERSIONS,
+    STATE_DICT_TYPES,
+    WRAP_POLICIES,
+)
 
 ENV_PREFIX = "ACCEL_"
 FP8_SECTION = "fp8_config"
@@ -38,6 +51,12 @@ RECIPE_PRECISION = "fp8"
 """The precision that reads the fp8_config section."""
 FP8_PREFIX = "fp8_"
 """The prefix that turns an FP8RecipeKwargs field into a setting name (flag and env var stem)."""
+BNB_SECTION = "bnb_config"
+"""The YAML mapping that holds the bitsandbytes quantization options (BitsandbytesKwargs' fields)."""
+BNB_PREFIX = "bnb_"
+"""The prefix that turns a BitsandbytesKwargs field into a setting name: mode -> --bnb_mode, ACCEL_BNB_MODE."""
+FSDP_SECTION = "fsdp_config"
+"""The YAML mapping that holds FSDP's options, under Accelerate's keys (fsdp_auto_wrap_policy, ...)."""
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -215,6 +234,63 @@ class PatternsKind(Kind):
         return ",".join(value)
 
 
+class NamesKind(Kind):
+    """Class names: a list, or one comma-separated string (as Accelerate writes them); None when unset."""
+
+    accepted = "class names: a list, or comma-separated text such as Block,DecoderLayer"
+
+    def check(self, value: Any, source: str) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v for v in value):
+            raise _rejected(source, value, self.accepted)
+        return tuple(value)
+
+    def from_text(self, text: str, source: str) -> tuple[str, ...] | None:
+        return None if text.strip().lower() in ("", "none") else self.check(text, source)
+
+    def format(self, value: Any) -> str:
+        return "" if value is None else ",".join(value)
+
+
+class FsdpVersionKind(IntKind):
+    """fsdp_version: 2 only; 1 is refused with the reason (accel runs FSDP2)."""
+
+    @property
+    def accepted(self) -> str:  # type: ignore[override]
+        return " or ".join(map(str, FSDP_VERSIONS))
+
+    def check(self, value: Any, source: str) -> int:
+        if value == 1 and not isinstance(value, bool):
+            raise ValueError(f"{source}=1 is refused: {FSDP_VERSION_1_REASON}. Set it to 2 (or leave it out).")
+        if isinstance(value, bool) or value not in FSDP_VERSIONS:
+            raise _rejected(source, value, self.accepted)
+        return value
+
+
+class DtypeKind(Kind):
+    """A floating dtype's name in any accepted spelling (bf16, bfloat16, torch.bfloat16), made torch's name."""
+
+    accepted = "float16, bfloat16 or float32 (or fp16, bf16, fp32; empty for the precision's)"
+    choices = ("float16", "bfloat16", "float32")
+
+    def check(self, value: Any, source: str) -> str | None:
+        if value is None:
+            return None
+        name = value.strip().lower().removeprefix("torch.") if isinstance(value, str) else None
+        if name not in DTYPE_NAMES:
+            raise choice_error(source, value, self.choices)
+        return DTYPE_NAMES[name]
+
+    def from_text(self, text: str, source: str) -> str | None:
+        return None if text.strip().lower() in ("", "none") else text
+
+    def format(self, value: Any) -> str:
+        return "" if value is None else str(value)
+
+
 # ------------------------------------------------------------------ the setting
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -248,8 +324,8 @@ class Setting:
 
     @property
     def yaml_key(self) -> str:
-        """The key in config.yaml (inside `section` for a recipe setting)."""
-        return self.keyword if self.section is not None else self.name
+        """The key in config.yaml (inside `section`: the handler's field for a recipe or bnb setting)."""
+        return self.keyword if self.section in (FP8_SECTION, BNB_SECTION) else self.name
 
     @property
     def yaml_path(self) -> str:
@@ -366,7 +442,81 @@ def _recipe_settings() -> tuple[Setting, ...]:
 
 FP8_SETTINGS = _recipe_settings()
 """The recipe's settings, in FP8RecipeKwargs' field order."""
-ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS
+DYNAMO_SECTION = "dynamo_config"
+"""The YAML mapping that holds torch.compile's settings (Accelerate's name and keys)."""
+DYNAMO_BACKEND = Setting(
+    "dynamo_backend", ChoiceKind(DYNAMO_BACKENDS), "no", keyword="dynamo_backend", section=DYNAMO_SECTION,
+    help="compile prepared models with torch.compile and this backend (no: do not compile; inductor: torch's compiler)",
+)
+DYNAMO_MODE = Setting(
+    "dynamo_mode", ChoiceKind(DYNAMO_MODES), "default", section=DYNAMO_SECTION,
+    help="torch.compile mode (inductor only): " + ", ".join(DYNAMO_MODES),
+)
+DYNAMO_USE_FULLGRAPH = Setting(
+    "dynamo_use_fullgraph", BoolKind(), False, section=DYNAMO_SECTION,
+    help="compile each model as one graph: raise at a graph break instead of splitting there",
+)
+DYNAMO_USE_DYNAMIC = Setting(
+    "dynamo_use_dynamic", BoolKind(), None, section=DYNAMO_SECTION,
+    help="compile for dynamic shapes (true) or static ones (false); unset lets torch decide",
+)
+DYNAMO_SETTINGS = (DYNAMO_BACKEND, DYNAMO_MODE, DYNAMO_USE_FULLGRAPH, DYNAMO_USE_DYNAMIC)
+"""torch.compile's settings, under dynamo_config in YAML; TorchDynamoPlugin's fields backend, mode,
+fullgraph and dynamic (read by the Accelerator where the script leaves them unset)."""
+DYNAMO_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in DYNAMO_SETTINGS}
+USE_FSDP = Setting(
+    "use_fsdp", BoolKind(), False,
+    help="shard models with FSDP2 (torch's fully_shard) instead of DDP; the fsdp_config keys say how "
+    "(an Accelerate config's distributed_type: FSDP)",
+)
+_FSDP_HELP = {
+    "fsdp_version": "2: torch's fully_shard (FSDP2); 1 (FSDP1) is refused",
+    "fsdp_auto_wrap_policy": "which submodules become sharded units: " + ", ".join(WRAP_POLICIES)
+    + " (empty: the root only)",
+    "fsdp_transformer_layer_cls_to_wrap": "transformer_based_wrap: block class names, comma-separated "
+    "(empty: the model's _no_split_modules)",
+    "fsdp_min_num_params": "size_based_wrap: parameters a submodule needs to become a unit (default 100000000)",
+    "fsdp_reshard_after_forward": "free gathered parameters after each unit's forward (less memory, one more "
+    "all-gather)",
+    "fsdp_offload_params": "keep sharded parameters, gradients and optimizer state in CPU memory",
+    "fsdp_state_dict_type": "how save_state writes the model: " + ", ".join(STATE_DICT_TYPES),
+    "fsdp_activation_checkpointing": "recompute each unit's activations in backward instead of keeping them",
+    "fsdp_cpu_ram_efficient_loading": "load the weights on process 0 only (not implemented: true is refused)",
+}
+_FSDP_KINDS: dict[str, tuple[Kind, Any]] = {
+    "fsdp_version": (FsdpVersionKind(), 2),
+    "fsdp_auto_wrap_policy": (ChoiceKind(WRAP_POLICIES, optional=True), None),
+    "fsdp_transformer_layer_cls_to_wrap": (NamesKind(), None),
+    "fsdp_min_num_params": (IntKind(minimum=1), None),
+    "fsdp_reshard_after_forward": (BoolKind(), True),
+    "fsdp_offload_params": (BoolKind(), False),
+    "fsdp_state_dict_type": (ChoiceKind(STATE_DICT_TYPES), "SHARDED_STATE_DICT"),
+    "fsdp_activation_checkpointing": (BoolKind(), False),
+    "fsdp_cpu_ram_efficient_loading": (BoolKind(), False),
+}
+"""Each fsdp_config key's kind and default (FullyShardedDataParallelPlugin's defaults)."""
+FSDP_OPTION_SETTINGS = tuple(
+    Setting(key, *_FSDP_KINDS[key], keyword=field, help=_FSDP_HELP[key], section=FSDP_SECTION)
+    for key, field in CONFIG_KEYS.items()
+)
+"""The fsdp_config keys: YAML key, flag stem and ACCEL_ variable are Accelerate's key; keyword is the plugin's field."""
+FSDP_SETTINGS = (USE_FSDP, *FSDP_OPTION_SETTINGS)
+FSDP_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FSDP_OPTION_SETTINGS}
+
+
+def _bnb_settings() -> tuple[Setting, ...]:
+    """One setting per BitsandbytesKwargs field, under bnb_config in YAML: mode -> --bnb_mode, ACCEL_BNB_MODE."""
+    kinds: dict[str, Kind] = {"mode": ChoiceKind(BNB_MODES), "dtype": DtypeKind(), "ignore_modules": PatternsKind()}
+    return tuple(
+        Setting(BNB_PREFIX + field.name, kinds[field.name], field.default, keyword=field.name, section=BNB_SECTION)
+        for field in dataclasses.fields(BitsandbytesKwargs)
+    )
+
+
+BNB_SETTINGS = _bnb_settings()
+"""The quantization settings, in BitsandbytesKwargs' field order; setting any of them turns quantization on."""
+BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
+ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS
 SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
 FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
 assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"
@@ -395,3 +545,19 @@ def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
         if value is not None
     }
 
+
+
+def fsdp_fields_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """FullyShardedDataParallelPlugin's arguments from ACCEL_USE_FSDP and ACCEL_FSDP_*, or None when
+    ACCEL_USE_FSDP is not true. Only the variables that are set become arguments."""
+    environ = os.environ if environ is None else environ
+    if not USE_FSDP.from_env(environ):
+        return None
+    return {s.keyword: s.parse(environ[s.env_var], s.env_var) for s in FSDP_OPTION_SETTINGS if s.env_var in environ}
+
+
+def bnb_options_from_env(environ: Mapping[str, str] | None = None) -> BitsandbytesKwargs | None:
+    """The BitsandbytesKwargs set by ACCEL_BNB_* variables, or None when none is set."""
+    environ = os.environ if environ is None else environ
+    given = {s.keyword: s.parse(environ[s.env_var], s.env_var) for s in BNB_SETTINGS if s.env_var in environ}
+    return BitsandbytesKwargs(**given) if given else None

@@ -15,7 +15,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool
-from accel.accelerator import checkpointing, distributed, options, prepare_checks
+from accel.accelerator import checkpointing, compiling, distributed, options, prepare_checks
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
 from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
@@ -86,7 +86,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
     ) -> None:
         check_environment()
-        options.dynamo_backend(dynamo_plugin.backend if dynamo_plugin is not None else dynamo_backend)
         self.rng_types = options.rng_types(rng_types)
         self.dataloader_config = options.dataloader_config(dataloader_config, split_batches, even_batches)
         check_dataloader_config(self.dataloader_config)
@@ -101,9 +100,13 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
         self.quantizer: Quantizer | None = create_quantizer(self.handlers, self.precision, self.process_state.device)
         """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
-        self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision.name, self.quantizer)
+        self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision, self.quantizer)
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
-        self.state = AcceleratorState.of(self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin)
+        self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
+        """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
+        self.state = AcceleratorState.of(
+            self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin, dynamo_plugin=self.dynamo_plugin
+        )
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
         self.device_placement = check_bool("device_placement", device_placement)
@@ -234,15 +237,14 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         if any(model is prepared for prepared in self._models):
             return model
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
+        names = sharding.parameter_names(self, model)  # before conversion, which may replace Parameters
         model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state, self.quantizer)
-        if evaluation_mode:
-            self._models.append(model)
-            return model
-        if self.fsdp_plugin is not None:
-            model = sharding.shard(self, model)
-        else:
+        if not evaluation_mode and self.fsdp_plugin is not None:
+            model = sharding.shard(self, model, names)
+        elif not evaluation_mode:
             ddp_options = self.handlers.get(DistributedDataParallelKwargs)
             model = model_utils.wrap_for_processes(model, self.process_state, ddp_options)
+        model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
         self._models.append(model)
         return model
 

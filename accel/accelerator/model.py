@@ -100,17 +100,25 @@ def restore_forward(model: nn.Module) -> None:
 
 
 def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
-    """The user's model inside DDP / DataParallel (and torch.compile unless kept).
+    """The user's model inside torch.compile, DDP and DataParallel; compiled again when kept.
 
-    With `keep_fp32_wrapper=False` the precision's forward wrapper is removed as well.
+    With `keep_torch_compile=True` a compiled model is given compiled: the same wrapper when it
+    holds the user's model directly, else (compiled over DDP, as prepare does with several
+    processes) a new wrapper with the same compile settings around the model inside DDP, so that
+    the prepared model itself is left as it is. With `keep_fp32_wrapper=False` the precision's
+    forward wrapper is removed as well.
     """
-    while True:
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            model = model.module
-        elif not keep_torch_compile and isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
-            model = model._orig_mod  # type: ignore[assignment]
-        else:
-            break
+    from accel.accelerator.compiling import is_compiled
+
+    compiled = model if is_compiled(model) else None
+    if compiled is not None:
+        model = compiled._orig_mod  # type: ignore[assignment]
+    while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module
     if not keep_fp32_wrapper:
         restore_forward(model)
-    return model
+    if not keep_torch_compile or compiled is None:
+        return model
+    if compiled._orig_mod is model:
+        return compiled
+    return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[arg-type]

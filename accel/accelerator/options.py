@@ -1,6 +1,6 @@
 """The Accelerator's constructor options: each keyword against its `ACCEL_*` variable (`setting`),
 and the options from Accelerate that have none: dataloader_config (and the older
-split_batches/even_batches), the gradient accumulation plugin, rng_types and dynamo_backend.
+split_batches/even_batches), the gradient accumulation plugin and rng_types (dynamo_backend: compiling.py).
 Each raises at construction, naming the argument, the value and what to do."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any
 
 from accel._validation import check_bool, check_int
 from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
-from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
-from accel.settings import Setting, fp8_recipe_from_env
+from accel.backends.base import PrecisionBackend
+from accel.accelerator import fsdp_environment
+from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
+from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
 
 RNG_TYPES = ("torch", "cuda", "mps", "npu", "xla", "xpu", "hpu", "mlu", "sdaa", "musa", "generator")
 """The names Accelerate accepts in `rng_types`."""
@@ -77,16 +79,6 @@ def rng_types(value: Sequence[str] | None) -> list[str]:
     return [str(getattr(name, "value", name)) for name in names]
 
 
-def dynamo_backend(value: Any) -> None:
-    """Only "no" (or None): torch.compile through the Accelerator does not exist yet."""
-    name = str(getattr(value, "value", value)).lower() if value is not None else "no"
-    if name != "no":
-        raise ValueError(
-            f"Accelerator(dynamo_backend={value!r}) is not supported yet: accel does not compile models. Leave it "
-            "out (or 'no'), and call torch.compile(model) yourself before prepare() if you want compilation."
-        )
-
-
 def forced_cpu(cpu: Any) -> bool | None:
     """The `cpu` keyword as a setting: True forces the CPU; False leaves the environment's choice,
     as in Accelerate, whose examples pass `cpu=args.cpu` (False unless asked), which must not undo
@@ -113,18 +105,22 @@ def steps_from(plugin: GradientAccumulationPlugin | None) -> int | None:
 
 
 def with_environment_recipe(handlers: Handlers) -> Handlers:
-    """Add the FP8 recipe that `accel launch` passed as ACCEL_FP8_* variables, if any.
+    """Add the FP8 recipe and the bitsandbytes options that `accel launch` passed as ACCEL_FP8_* and
+    ACCEL_BNB_* variables, if any.
 
-    A recipe given in the code wins; when it differs from the environment's, a warning says so.
+    A handler given in the code wins; when it differs from the environment's, a warning says so.
     """
     recipe = fp8_recipe_from_env()
-    if recipe is not None and handlers.has(FP8RecipeKwargs) and handlers.get(FP8RecipeKwargs) != recipe:
-        warnings.warn(
-            f"the FP8RecipeKwargs given in the code overrides the recipe from ACCEL_FP8_* variables ({recipe}).",
-            UserWarning,
-            stacklevel=3,
-        )
-    return handlers.with_environment(recipe)
+    quantization = bnb_options_from_env()
+    from_environment = ((FP8RecipeKwargs, recipe, "ACCEL_FP8_*"), (BitsandbytesKwargs, quantization, "ACCEL_BNB_*"))
+    for kind, from_env, variables in from_environment:
+        if from_env is not None and handlers.has(kind) and handlers.get(kind) != from_env:
+            warnings.warn(
+                f"the {kind.__name__} given in the code overrides the one from {variables} variables ({from_env}).",
+                UserWarning,
+                stacklevel=3,
+            )
+    return handlers.with_environment(recipe, quantization)
 
 
 def positive_int(argument: str, value: Any) -> int:
@@ -175,8 +171,11 @@ def check_same_setup(accelerator: Any) -> None:
     )
 
 
-def fsdp_plugin(plugin: Any, precision: str, quantizer: Any) -> Any:
-    """The FSDP plugin, checked against the precision (fp8 refused) and quantization; None without one."""
+def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any:
+    """The FSDP plugin, checked against the precision (whose backend gets ready for FSDP, or refuses, in
+    `configure_fsdp`) and quantization; None without one. Without one in the code, `accel launch
+    --use_fsdp` describes it (fsdp_environment.py)."""
+    plugin = fsdp_environment.with_environment_plugin(plugin)
     if plugin is None:
         return None
     from accel.fsdp import FullyShardedDataParallelPlugin, mixed_precision_policy
@@ -186,10 +185,11 @@ def fsdp_plugin(plugin: Any, precision: str, quantizer: Any) -> Any:
             f"Accelerator(fsdp_plugin={plugin!r}): give a FullyShardedDataParallelPlugin "
             "(from accel.utils import FullyShardedDataParallelPlugin)."
         )
-    mixed_precision_policy(precision, plugin.mixed_precision_policy)
     if quantizer is not None:
         raise ValueError(
             "Accelerator got BitsandbytesKwargs and fsdp_plugin: quantized layers are not sharded by fully_shard in "
             "accel; use one or the other."
         )
+    precision.configure_fsdp()
+    mixed_precision_policy(precision.fsdp_precision, plugin.mixed_precision_policy)
     return plugin

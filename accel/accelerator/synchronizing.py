@@ -17,6 +17,7 @@ from torch.distributed.algorithms.join import Join, Joinable
 from accel import fsdp
 from accel.accelerator import operations
 from accel.accelerator.data import PreparedDataLoader
+from accel.accelerator.compiling import is_compiled
 from accel.accelerator.state import ProcessState
 from accel.kwargs_handlers import Handlers, ProfileKwargs
 
@@ -31,6 +32,7 @@ class SyncMixin:
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
         """Skip DDP's gradient all-reduce (FSDP's reduce-scatter) inside the block (nothing to skip in one process)."""
+        model = _uncompiled(model)
         if fsdp.is_sharded(model):
             return fsdp.no_sync(model)
         if isinstance(model, nn.parallel.DistributedDataParallel):
@@ -40,6 +42,7 @@ class SyncMixin:
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: nn.Module) -> Iterator[None]:
         """Make the next backward of `model` all-reduce its gradients even inside `no_sync`/`accumulate`."""
+        model = _uncompiled(model)
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             yield
             return
@@ -99,3 +102,8 @@ class SyncMixin:
         if raised:
             self._trigger = None
         return raised
+
+
+def _uncompiled(model: nn.Module) -> nn.Module:
+    """The module inside torch.compile's wrapper (prepare compiles over DDP), else `model`."""
+    return model._orig_mod if is_compiled(model) else model  # type: ignore[return-value]

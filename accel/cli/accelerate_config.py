@@ -2,9 +2,10 @@
 
 Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
 (backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
-the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`; `MULTI_GPU` on a
-machine where torch sees no GPU is refused (it would otherwise quietly train on CPUs). Keys that only mean
-something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
+the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSDP` becomes
+`use_fsdp: true` with its fsdp_config (accelerate_fsdp.py); `MULTI_GPU` or `FSDP` on a machine
+where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
+CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
 otherwise named in one warning, so that nothing is ignored without a word.
 """
 
@@ -15,9 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from accel.cli import capabilities
+from accel.cli.accelerate_fsdp import translate_fsdp
 from accel.cli.errors import CliError, warn
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
-from accel.settings import FP8_SECTION, FP8_SETTINGS_BY_KEY, TOP_LEVEL_SETTINGS
+from accel.settings import (
+    DYNAMO_BACKEND,
+    DYNAMO_SECTION,
+    DYNAMO_SETTINGS_BY_KEY,
+    FP8_SECTION,
+    FP8_SETTINGS_BY_KEY,
+    FSDP_SECTION,
+    TOP_LEVEL_SETTINGS,
+    USE_FSDP,
+)
 
 _MARKERS = frozenset({"distributed_type", "compute_environment", "main_training_function", "downcast_bf16"})
 """Top-level keys only Accelerate writes."""
@@ -35,15 +46,18 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "tpu_use_sudo": (False,),
     "use_mps_device": (False,),
     "dynamo_backend": ("NO", "no"),
+    "dynamo_use_regional_compilation": (False,),
     "interval": (1,),
     "override_linear_precision": ([False, False, False],),
 }
 """Accelerate keys that change nothing at these values, so dropping them needs no warning."""
 
-_DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {"NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}}
+_DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {
+    "NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}, "FSDP": {USE_FSDP.name: True},
+}
 """distributed_type values accel runs, and the settings each implies (over the file's own, as in Accelerate)."""
 
-_ACCEL_KEYS = frozenset(s.yaml_key for s in TOP_LEVEL_SETTINGS) | {FP8_SECTION}
+_ACCEL_KEYS = frozenset(s.yaml_key for s in TOP_LEVEL_SETTINGS) | {FP8_SECTION, DYNAMO_SECTION}
 
 
 def looks_like_accelerate(data: Mapping[Any, Any]) -> bool:
@@ -67,6 +81,8 @@ def translate(
     dropped: list[str] = []
     implied: dict[str, Any] = {}
     for key, value in data.items():
+        if key == FSDP_SECTION:
+            continue  # translate_fsdp reads it
         if key in _ACCEL_KEYS:
             result[key] = value
         elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
@@ -77,6 +93,12 @@ def translate(
     result.update(implied)
     if isinstance(result.get(FP8_SECTION), dict):
         result[FP8_SECTION] = _translate_recipe(result[FP8_SECTION], dropped)
+    _translate_dynamo(data, result, dropped)
+    fsdp, fsdp_note = translate_fsdp(data, result.get(USE_FSDP.name) is True, dropped, path)
+    if fsdp:
+        result[FSDP_SECTION] = fsdp
+    if fsdp_note:
+        warn(command, f"{path}: {fsdp_note}")
     if dropped:
         warn(command, f"{path} is an Accelerate config; ignoring what has no meaning in accel: {', '.join(dropped)}")
     return result
@@ -85,13 +107,16 @@ def translate(
 def _check_gpus_for(
     distributed_type: str, data: Mapping[Any, Any], path: Path, gpus: Callable[[], int] | None
 ) -> None:
-    """Refuse MULTI_GPU (without use_cpu: true) where there is no GPU, rather than start CPU processes."""
-    if distributed_type != "MULTI_GPU" or data.get("use_cpu") is True or (gpus or capabilities.gpu_count)() > 0:
+    """Refuse MULTI_GPU or FSDP (without use_cpu: true) where there is no GPU, rather than start CPU processes."""
+    if distributed_type not in ("MULTI_GPU", "FSDP") or data.get("use_cpu") is True:
+        return
+    if (gpus or capabilities.gpu_count)() > 0:
         return
     raise CliError(
-        f"{path}: distributed_type: MULTI_GPU, but torch sees no GPU on this machine, so the processes would "
-        "train on the CPU. To train on the CPU say so: set `distributed_type: MULTI_CPU` (or `use_cpu: true`); "
-        "otherwise run where a GPU is visible (check CUDA_VISIBLE_DEVICES and `accel env`)"
+        f"{path}: distributed_type: {distributed_type}, but torch sees no GPU on this machine, so the processes would "
+        "train on the CPU. To train on the CPU say so: set "
+        + ("`use_cpu: true`" if distributed_type == "FSDP" else "`distributed_type: MULTI_CPU` (or `use_cpu: true`)")
+        + "; otherwise run where a GPU is visible (check CUDA_VISIBLE_DEVICES and `accel env`)"
     )
 
 
@@ -105,6 +130,25 @@ def _translate_recipe(recipe: Mapping[Any, Any], dropped: list[str]) -> dict[str
         elif not _is_inert(key, value):
             dropped.append(_describe(f"{FP8_SECTION}.{key}", value))
     return kept
+
+
+def _translate_dynamo(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str]) -> None:
+    """Keep dynamo_config's keys accel knows; the older top-level dynamo_backend moves into it (as Accelerate)."""
+    section = data.get(DYNAMO_SECTION)
+    kept: dict[str, Any] = {}
+    for key, value in (section.items() if isinstance(section, dict) else ()):
+        if key in DYNAMO_SETTINGS_BY_KEY:
+            kept[key] = value
+        elif not _is_inert(key, value):
+            dropped.append(_describe(f"{DYNAMO_SECTION}.{key}", value))
+    legacy = data.get(DYNAMO_BACKEND.name)
+    if legacy is not None and not _is_inert(DYNAMO_BACKEND.name, legacy):
+        dropped.remove(_describe(DYNAMO_BACKEND.name, legacy))
+        kept.setdefault(DYNAMO_BACKEND.name, legacy)
+    if kept:
+        result[DYNAMO_SECTION] = kept
+    elif DYNAMO_SECTION in result:
+        result[DYNAMO_SECTION] = None
 
 
 def _is_inert(key: object, value: Any) -> bool:

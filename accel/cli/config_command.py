@@ -15,8 +15,17 @@ from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_setti
 from accel.cli.config_check import check_values
 from accel.cli.config_file import config_path, load_config, render, write_atomically
 from accel.cli.errors import CANCELLED, CliError, say, warn
-from accel.cli.launch_plan import refuse_recipe_flags
-from accel.settings import ALL_SETTINGS, FP8_SETTINGS, MIXED_PRECISION, TOP_LEVEL_SETTINGS
+from accel.cli.launch_plan import refuse_fsdp_flags, refuse_recipe_flags
+from accel.settings import (
+    ALL_SETTINGS,
+    BNB_SETTINGS,
+    FP8_SETTINGS,
+    FSDP_SETTINGS,
+    MIXED_PRECISION,
+    TOP_LEVEL_SETTINGS,
+    USE_FSDP,
+    DYNAMO_SETTINGS,
+)
 
 COMMAND = "accel config"
 DEFAULT_COMMAND = "accel config default"
@@ -36,6 +45,9 @@ def add_parser(subparsers: Any) -> None:
     default.add_argument("--force", action="store_true", help="overwrite an existing file")
     add_setting_flags(default, TOP_LEVEL_SETTINGS, "settings (instead of the defaults)")
     add_setting_flags(default, FP8_SETTINGS, "FP8 recipe (with --mixed_precision fp8)")
+    add_setting_flags(default, FSDP_SETTINGS, "FSDP (the fsdp_* options with --use_fsdp)")
+    add_setting_flags(default, BNB_SETTINGS, "bitsandbytes quantization (any of these turns it on)")
+    add_setting_flags(default, DYNAMO_SETTINGS, "torch.compile (dynamo_config)")
     default.set_defaults(handler=run_default, command=DEFAULT_COMMAND)
 
 
@@ -57,6 +69,7 @@ def run_default(args: argparse.Namespace) -> int:
         raise CliError(f"{path} exists; pass --force to overwrite it")
     flags = given_settings(args, ALL_SETTINGS)
     refuse_recipe_flags(flags, flags.get(MIXED_PRECISION.name, MIXED_PRECISION.default))
+    refuse_fsdp_flags(flags, flags.get(USE_FSDP.name, USE_FSDP.default))
     values = {**machine_defaults(gpu_count()), **flags}
     notes = check_values(values)  # a config that cannot run here is not written
     write_atomically(path, render(values))

@@ -19,14 +19,29 @@ from accel.cli.errors import CliError
 from accel.environment import CONFIG_FILE_VARIABLE
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import (
+    BNB_SECTION,
+    BNB_SETTINGS,
+    BNB_SETTINGS_BY_KEY,
+    DYNAMO_SECTION,
+    DYNAMO_SETTINGS,
+    DYNAMO_SETTINGS_BY_KEY,
     FP8_SECTION,
     FP8_SETTINGS,
     FP8_SETTINGS_BY_KEY,
+    FSDP_OPTION_SETTINGS,
+    FSDP_SECTION,
+    FSDP_SETTINGS_BY_KEY,
     TOP_LEVEL_SETTINGS,
+    USE_FSDP,
     Setting,
 )
 
-_TOP_LEVEL = {setting.yaml_key: setting for setting in TOP_LEVEL_SETTINGS}
+_TOP_LEVEL = {setting.yaml_key: setting for setting in (*TOP_LEVEL_SETTINGS, USE_FSDP)}
+_SECTIONS: dict[str, tuple[str, dict[str, Setting]]] = {
+    FSDP_SECTION: ("FSDP options (Accelerate's fsdp_* keys)", FSDP_SETTINGS_BY_KEY),
+    BNB_SECTION: ("BitsandbytesKwargs fields", BNB_SETTINGS_BY_KEY),
+}
+"""Mappings of config.yaml read key by key through their settings: what each holds, and its settings by key."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +116,15 @@ def _check_mapping(data: Mapping[Any, Any], path: Path) -> dict[str, Any]:
         if key == FP8_SECTION:
             values.update(_check_recipe(value, path))
             continue
+        if key == DYNAMO_SECTION:
+            values.update(_check_dynamo(value, path))
+            continue
+        if key in _SECTIONS:
+            values.update(_check_section(key, value, path))
+            continue
         setting = _TOP_LEVEL.get(key) if isinstance(key, str) else None
         if setting is None:
-            raise _unknown_key(path, key, [*_TOP_LEVEL, FP8_SECTION])
+            raise _unknown_key(path, key, [*_TOP_LEVEL, FP8_SECTION, DYNAMO_SECTION, *_SECTIONS])
         _store(values, setting, value, path)
     return values
 
@@ -121,6 +142,37 @@ def _check_recipe(section: Any, path: Path) -> dict[str, Any]:
             raise _unknown_key(path, key, list(FP8_SETTINGS_BY_KEY), FP8_SECTION + ".")
         if setting.name in values:
             raise CliError(f"{path}: {FP8_SECTION}.{canonical} is given twice ({key!r} is another spelling of it)")
+        _store(values, setting, value, path)
+    return values
+
+
+def _check_dynamo(section: Any, path: Path) -> dict[str, Any]:
+    """The dynamo_config mapping (Accelerate's keys dynamo_backend, dynamo_mode, ...), checked."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise CliError(f"{path}: {DYNAMO_SECTION} must be a mapping of torch.compile settings, not {section!r}")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        setting = DYNAMO_SETTINGS_BY_KEY.get(key) if isinstance(key, str) else None
+        if setting is None:
+            raise _unknown_key(path, key, list(DYNAMO_SETTINGS_BY_KEY), DYNAMO_SECTION + ".")
+        _store(values, setting, value, path)
+    return values
+
+
+def _check_section(name: str, section: Any, path: Path) -> dict[str, Any]:
+    """The settings of one mapping in _SECTIONS (fsdp_config, bnb_config), each key checked by its setting."""
+    what, settings = _SECTIONS[name]
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise CliError(f"{path}: {name} must be a mapping of {what}, not {section!r}")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        setting = settings.get(key) if isinstance(key, str) else None
+        if setting is None:
+            raise _unknown_key(path, key, list(settings), name + ".")
         _store(values, setting, value, path)
     return values
 
@@ -148,6 +200,15 @@ def to_yaml_data(values: Mapping[str, Any]) -> dict[str, Any]:
     recipe = {s.yaml_key: _plain(values[s.name]) for s in FP8_SETTINGS if s.name in values}
     if recipe:
         data[FP8_SECTION] = recipe
+    dynamo = {s.yaml_key: values[s.name] for s in DYNAMO_SETTINGS if values.get(s.name) is not None}
+    if dynamo:
+        data[DYNAMO_SECTION] = dynamo
+    if values.get(USE_FSDP.name) is not None:
+        data[USE_FSDP.yaml_key] = values[USE_FSDP.name]
+    for section, settings in ((FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS)):
+        mapping = {s.yaml_key: _plain(values[s.name]) for s in settings if values.get(s.name) is not None}
+        if mapping:
+            data[section] = mapping
     return data
 
 

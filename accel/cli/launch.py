@@ -22,7 +22,7 @@ from accel.cli.errors import CliError
 from accel.cli.launch_plan import plan_launch
 from accel.cli.processes import exit_status, failure_line, run_child, script_command, torchrun_command
 from accel.environment import check_setting_values
-from accel.settings import ALL_SETTINGS, FP8_SETTINGS, TOP_LEVEL_SETTINGS
+from accel.settings import ALL_SETTINGS, BNB_SETTINGS, DYNAMO_SETTINGS, FP8_SETTINGS, FSDP_SETTINGS, TOP_LEVEL_SETTINGS
 
 COMMAND = "accel launch"
 
@@ -47,6 +47,9 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config_file", "--config-file", metavar="PATH", help="config file to read " + CONFIG_FILE_HELP)
     add_setting_flags(parser, TOP_LEVEL_SETTINGS, "settings (override the config file)")
     add_setting_flags(parser, FP8_SETTINGS, "FP8 recipe (mixed_precision fp8; override fp8_config)")
+    add_setting_flags(parser, DYNAMO_SETTINGS, "torch.compile (override dynamo_config)")
+    add_setting_flags(parser, FSDP_SETTINGS, "FSDP: fully sharded data parallel (override use_fsdp and fsdp_config)")
+    add_setting_flags(parser, BNB_SETTINGS, "bitsandbytes quantization: any of these turns it on (override bnb_config)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 Answers are a dict of setting name -> canonical value, the same shape a loaded config has. Only
 what matters on this machine is asked: no GPU questions without a GPU, no rendezvous questions
-for one machine, and the FP8 recipe only for fp8. An existing config's values are the defaults.
+for one machine, the FP8 recipe only for fp8, FSDP only for several processes (wizard_fsdp.py),
+and bitsandbytes modes only where they run (wizard_bnb.py). An existing config's values are the defaults.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
 from accel.cli.launch_plan import DEFAULT_PORT
 from accel.cli.prompts import Option, ask_select, ask_text, ask_yes_no, short_reason
+from accel.cli.wizard_bnb import ask_quantization
+from accel.cli.wizard_fsdp import ask_fsdp
 from accel.cli.wizard_recipe import SLOW_MARK, ask_recipe
+from accel.cli.wizard_dynamo import ask_dynamo
 from accel.settings import (
     GPU_IDS,
     GRADIENT_ACCUMULATION_STEPS,
@@ -145,5 +149,9 @@ def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
     answers.update(ask_precision(current, device))
     if answers[MIXED_PRECISION.name] == RECIPE_PRECISION:
         answers.update(ask_recipe(current, device))
+    if answers[NUM_PROCESSES.name] > 1:
+        answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name]))
+    answers.update(ask_quantization(current, device, answers))
     answers.update(ask_training(current))
+    answers.update(ask_dynamo(current, device))
     return answers

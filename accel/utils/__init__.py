@@ -68,6 +68,7 @@ from accel.utils.dataclasses import (
     ProfileKwargs,
     ProjectConfiguration,
     TorchDynamoPlugin,
+    DynamoBackend,
 )
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.utils.environment import clear_environment, patch_environment, write_basic_config
@@ -107,6 +108,7 @@ __all__ = [
     "ProfileKwargs",
     "ProjectConfiguration",
     "TorchDynamoPlugin",
+    "DynamoBackend",
     "broadcast",
     "broadcast_object_list",
     "clear_device_cache",

@@ -13,7 +13,7 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     ProfileKwargs,
 )
-from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.kwargs_handlers.dynamo import DynamoBackend, TorchDynamoPlugin
 from accel.kwargs_handlers.fp8_names import AORecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "KwargsHandler",
     "ProfileKwargs",
     "TorchDynamoPlugin",
+    "DynamoBackend",
     "PrecisionType",
     "ProjectConfiguration",
 ]

@@ -27,6 +27,12 @@ SAMPLE_VALUES = {
     "fp8_amax_history_len": 16, "fp8_amax_compute_algo": "most_recent", "fp8_scaling": "current",
     "fp8_optimization_level": "O2", "fp8_use_autocast_during_eval": True, "fp8_exclude_modules": ("lm_head", "a.*"),
     "fp8_base_precision": "fp16", "fp8_params": True,
+    "dynamo_backend": "inductor", "dynamo_mode": "max-autotune", "dynamo_use_fullgraph": True, "dynamo_use_dynamic": False,
+    "use_fsdp": True, "fsdp_version": 2, "fsdp_auto_wrap_policy": "transformer_based_wrap",
+    "fsdp_transformer_layer_cls_to_wrap": ("Block", "DecoderLayer"), "fsdp_min_num_params": 1000,
+    "fsdp_reshard_after_forward": False, "fsdp_offload_params": True, "fsdp_state_dict_type": "FULL_STATE_DICT",
+    "fsdp_activation_checkpointing": True, "fsdp_cpu_ram_efficient_loading": True,
+    "bnb_mode": "int8", "bnb_dtype": "float16", "bnb_ignore_modules": ("lm_head", "blocks.0"),
 }
 
 

@@ -129,10 +129,11 @@ def test_profile_records_operators_and_writes_a_trace(tmp_path: Path) -> None:
         ProfileKwargs(activities=("tpu",))
 
 
-def test_dynamo_plugin_accepts_no_and_refuses_a_backend() -> None:
-    Accelerator(dynamo_plugin=TorchDynamoPlugin())
-    with pytest.raises(ValueError, match="backend='inductor'\\) is not supported yet"):
-        TorchDynamoPlugin(backend="inductor")
+def test_dynamo_plugin_takes_accelerates_backend_names_and_refuses_unknown_ones() -> None:
+    assert Accelerator(dynamo_plugin=TorchDynamoPlugin()).dynamo_plugin.backend == "no"
+    assert TorchDynamoPlugin(backend="INDUCTOR").backend == "inductor"
+    with pytest.raises(ValueError, match="TorchDynamoPlugin.backend='inductr' is not accepted.*Did you mean 'inductor'"):
+        TorchDynamoPlugin(backend="inductr")
 
 
 def test_a_scripts_own_handler_may_be_a_plain_dataclass() -> None:

@@ -23,6 +23,9 @@ try:
         "gradient_accumulation_steps": accelerator.gradient_accumulation_steps,
         "device": str(accelerator.device),
     }
+    plugin = accelerator.dynamo_plugin
+    report["dynamo"] = {"backend": plugin.backend, "mode": plugin.mode, "fullgraph": plugin.fullgraph,
+                        "dynamic": plugin.dynamic}
 except NotImplementedError as error:
     report["accelerator_error"] = str(error)
 print("ROUNDTRIP " + json.dumps(report), flush=True)
