@@ -9,6 +9,8 @@ gradient scaling and accumulation.
     python examples/train_gpt.py --mixed_precision bf16
     ACCEL_MIXED_PRECISION=fp16 python examples/train_gpt.py --steps 50
     accel launch --mixed_precision bf16 examples/train_gpt.py
+    python examples/train_gpt.py --dynamo_backend inductor       # compiled (docs/compile.md)
+    accel launch --num_processes 2 --use_fsdp examples/train_gpt.py   # sharded with FSDP2 (docs/fsdp.md)
 
 `--mixed_precision` and `--gradient_accumulation_steps` default to None so that accel's own
 configuration (`ACCEL_*` environment variables, set by `accel launch`) decides; a value given
@@ -57,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="batches per optimizer update; default: $ACCEL_GRADIENT_ACCUMULATION_STEPS, else 1",
+    )
+    parser.add_argument(
+        "--dynamo_backend",
+        default=None,
+        help="passed to Accelerator as is: compile the model with torch.compile and this backend "
+        "(inductor, aot_eager, ...; docs/compile.md); default: $ACCEL_DYNAMO_BACKEND, else no",
     )
     parser.add_argument("--steps", type=int, default=600, help="optimizer updates")
     parser.add_argument("--batch_size", type=int, default=32, help="sequences per batch")
@@ -319,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
+        dynamo_backend=args.dynamo_backend,
     )
 
     config = GPTConfig()
@@ -340,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     accelerator.print(
         f"running: {accelerator.precision.describe()} | {accelerator.num_processes} process(es) | "
         f"gradient accumulation {accelerator.gradient_accumulation_steps} | "
-        f"{torch.get_num_threads()} thread(s) per process | device {accelerator.device}"
+        f"{torch.get_num_threads()} thread(s) per process | device {accelerator.device} | "
+        f"distributed_type {accelerator.distributed_type.value}"
     )
     accelerator.print(
         f"GPT {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters | "

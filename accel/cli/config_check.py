@@ -4,8 +4,10 @@
 (through `check_values`) build the precision backend the script's Accelerator would build, from
 the same ACCEL_* variables it would read, on the device it would train on: the precision against
 the machine, and for fp8 the recipe against its backend (scaling, fields the backend cannot
-honour, base precision) and the backend against the machine. That is the backends' own
-construction-time check, run once here instead of failing in every process after they start.
+honour, base precision) and the backend against the machine; then the bitsandbytes quantizer
+(bnb_config) and the FSDP plugin (use_fsdp, fsdp_config) against that precision. That is the
+Accelerator's own construction-time check, run once here instead of failing in every process
+after they start.
 
 The PrecisionWarnings the check meets (a precision that runs slowly here) are said once, in the
 tool's words, and their digests are passed to the processes (accel._warnings.SAID_VARIABLE),
@@ -82,13 +84,34 @@ def probe(environ: Mapping[str, str], use_cpu: bool, gpu_ids: str, consequence: 
     device = capabilities.training_device(use_cpu, gpu_ids)
     with collect_precision_warnings() as notes:
         try:
-            create_backend(precision, device, handlers)
+            backend = create_backend(precision, device, handlers)
         except capabilities.BACKEND_REFUSALS as error:
             raise CliError(
                 f"mixed_precision {precision!r} cannot run on {device} with this configuration: {one_line(error)} "
                 f"Change the config file (`accel config`) or the flags; {consequence}."
             ) from None
+        _check_quantization_and_fsdp(environ, backend, device, consequence)
     return notes
+
+
+def _check_quantization_and_fsdp(environ: Mapping[str, str], backend: Any, device: Any, consequence: str) -> None:
+    """Build the bitsandbytes quantizer (bnb_config) and the FSDP plugin (use_fsdp, fsdp_config) as the
+    script's Accelerator would, against the precision: a refusal becomes one CliError line."""
+    from accel.accelerator import options
+    from accel.accelerator.fsdp_environment import environment_plugin
+    from accel.cli import capabilities
+    from accel.kwargs_handlers import Handlers
+    from accel.quantization import create_quantizer
+    from accel.settings import bnb_options_from_env
+
+    try:
+        quantizer = create_quantizer(Handlers().with_environment(bnb_options_from_env(environ)), backend, device)
+        options.fsdp_plugin(environment_plugin(environ), backend, quantizer)
+    except capabilities.BACKEND_REFUSALS as error:
+        raise CliError(
+            f"this configuration cannot run on {device}: {one_line(error)} Change the config file (`accel config`) "
+            f"or the flags; {consequence}."
+        ) from None
 
 
 def one_line(error: BaseException) -> str:

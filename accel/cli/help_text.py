@@ -1,7 +1,8 @@
 """What a setting means, in words, for `--help` and the wizard's questions.
 
-A top-level setting carries its own help; an FP8 recipe setting is described by the docstring
-written under its field in FP8RecipeKwargs, so the words live next to the field they describe.
+A top-level setting carries its own help; an FP8 recipe or bitsandbytes setting is described by
+the docstring written under its field in FP8RecipeKwargs or BitsandbytesKwargs, so the words live
+next to the field they describe.
 """
 
 from __future__ import annotations
@@ -11,22 +12,25 @@ import functools
 import inspect
 import textwrap
 
+from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
-from accel.settings import Setting
+from accel.settings import BNB_SECTION, Setting
 
 
 def describe(setting: Setting) -> str:
-    """The setting's help, else its FP8RecipeKwargs field's docstring, else its YAML path."""
+    """The setting's help, else its handler field's docstring, else its YAML path."""
     if setting.help:
         return setting.help
-    return _recipe_field_docs().get(setting.yaml_key, f"FP8 recipe field {setting.yaml_key}")
+    if setting.section == BNB_SECTION:
+        return _field_docs(BitsandbytesKwargs).get(setting.yaml_key, f"bitsandbytes option {setting.yaml_key}")
+    return _field_docs(FP8RecipeKwargs).get(setting.yaml_key, f"FP8 recipe field {setting.yaml_key}")
 
 
 @functools.cache
-def _recipe_field_docs() -> dict[str, str]:
-    """The string literal under each field of FP8RecipeKwargs ({} when the source is not available)."""
+def _field_docs(handler: type) -> dict[str, str]:
+    """The string literal under each field of `handler` ({} when the source is not available)."""
     try:
-        body = ast.parse(textwrap.dedent(inspect.getsource(FP8RecipeKwargs))).body[0].body  # type: ignore[attr-defined]
+        body = ast.parse(textwrap.dedent(inspect.getsource(handler))).body[0].body  # type: ignore[attr-defined]
     except (OSError, TypeError, IndexError, AttributeError):
         return {}
     docs = {}

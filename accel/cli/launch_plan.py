@@ -17,17 +17,21 @@ from accel.cli.config_file import ConfigFile
 from accel.cli.errors import CliError, warn
 from accel.settings import (
     FP8_SETTINGS,
+    FSDP_OPTION_SETTINGS,
     LAUNCHER_SETTINGS,
     MIXED_PRECISION,
+    NUM_PROCESSES,
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
     USE_CPU,
+    USE_FSDP,
     to_environment,
 )
 
 DEFAULT_PORT = 29500
 """The rendezvous port on machine 0 when several machines run and none was given (torchrun's default)."""
 _RECIPE_NAMES = frozenset(s.name for s in FP8_SETTINGS)
+_FSDP_OPTION_NAMES = frozenset(s.name for s in FSDP_OPTION_SETTINGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +60,7 @@ def plan_launch(
 
     `gpus` is called only when the answer matters (it imports torch).
     """
-    values = _merge(flags, config, command)
+    values = _without_unused_fsdp(_merge(flags, config, command), flags, config, command)
     per_machine = _processes_per_machine(values)
     use_cpu = _decide_device(values, per_machine, gpus, command)
     plan = LaunchPlan(values, per_machine, use_cpu, {})
@@ -83,6 +87,33 @@ def refuse_recipe_flags(flags: Mapping[str, Any], precision: str) -> None:
         raise CliError(
             f"conflicting flags: {', '.join(recipe_flags)} set the FP8 recipe, which only mixed_precision "
             f"{RECIPE_PRECISION!r} reads, but mixed_precision is {precision!r}; add --mixed_precision fp8 or drop them"
+        )
+
+
+def _without_unused_fsdp(
+    values: dict[str, Any], flags: Mapping[str, Any], config: ConfigFile, command: str
+) -> dict[str, Any]:
+    """The fsdp_config options only when use_fsdp is on (else refused as flags, or named as unused);
+    with one process, a warning that there is nothing to shard."""
+    if values.get(USE_FSDP.name, USE_FSDP.default):
+        if values.get(NUM_PROCESSES.name, NUM_PROCESSES.default) == 1:
+            warn(command, "use_fsdp with num_processes 1: there is nothing to shard, so the model trains unsharded; "
+                 "give --num_processes N (N > 1) to shard it")
+        return values
+    refuse_fsdp_flags(flags, use_fsdp=False)
+    unused = [s.yaml_path for s in FSDP_OPTION_SETTINGS if s.name in config.values]
+    if unused:
+        warn(command, f"{', '.join(unused)} from {config.path} not used: use_fsdp is false")
+    return {name: value for name, value in values.items() if name not in _FSDP_OPTION_NAMES}
+
+
+def refuse_fsdp_flags(flags: Mapping[str, Any], use_fsdp: bool) -> None:
+    """Refuse --fsdp_* flags without use_fsdp: nothing would read them."""
+    given = [s.flags[0] for s in FSDP_OPTION_SETTINGS if s.name in flags]
+    if given and not use_fsdp:
+        raise CliError(
+            f"conflicting flags: {', '.join(given)} set FSDP options, which only apply with use_fsdp, but use_fsdp is "
+            "false; add --use_fsdp or drop them"
         )
 
 

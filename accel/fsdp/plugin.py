@@ -26,29 +26,18 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 from accel._validation import check_bool, check_choice, check_int, closest
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
+from accel.kwargs_handlers.fsdp_names import (  # torch-free: the settings schema shares them
+    CONFIG_KEYS,
+    FSDP_VERSION_1_REASON,
+    STATE_DICT_TYPES,
+    WRAP_POLICIES,
+)
 
-WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
-STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
 DEFAULT_MIN_NUM_PARAMS = 100_000_000
 """Accelerate's default threshold of `size_based_wrap` (FSDP_MIN_NUM_PARAMS)."""
 
 ModulePolicy = Callable[[nn.Module], bool]
 """A callable auto_wrap_policy: True for each submodule to shard as its own unit."""
-
-CONFIG_KEYS: Mapping[str, str] = MappingProxyType(
-    {
-        "fsdp_version": "fsdp_version",
-        "fsdp_auto_wrap_policy": "auto_wrap_policy",
-        "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
-        "fsdp_min_num_params": "min_num_params",
-        "fsdp_reshard_after_forward": "reshard_after_forward",
-        "fsdp_offload_params": "cpu_offload",
-        "fsdp_state_dict_type": "state_dict_type",
-        "fsdp_activation_checkpointing": "activation_checkpointing",
-        "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
-    }
-)
-"""Accelerate's `fsdp_config:` keys (and `--fsdp_*` flags) -> the plugin's fields."""
 
 _FSDP1_ONLY: Mapping[str, str] = MappingProxyType(
     {
@@ -155,10 +144,9 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
 def _check_version(version: Any) -> None:
     if version == 1 and not isinstance(version, bool):
         raise ValueError(
-            "FullyShardedDataParallelPlugin(fsdp_version=1): accel shards with FSDP2 only "
-            "(torch.distributed.fsdp.fully_shard, DTensor parameters); torch has deprecated FSDP1's "
-            "FullyShardedDataParallel wrapper. Set fsdp_version=2 (fsdp_config: fsdp_version: 2); the FSDP1-only "
-            "options (sharding_strategy, backward_prefetch, ...) have FSDP2 equivalents listed in docs/fsdp.md."
+            f"FullyShardedDataParallelPlugin(fsdp_version=1): {FSDP_VERSION_1_REASON}. Set fsdp_version=2 "
+            "(fsdp_config: fsdp_version: 2); the FSDP1-only options (sharding_strategy, backward_prefetch, ...) have "
+            "FSDP2 equivalents listed in docs/fsdp.md."
         )
     if version != 2 or isinstance(version, bool):
         raise ValueError(f"FullyShardedDataParallelPlugin.fsdp_version={version!r} is not accepted; accepted: 2.")

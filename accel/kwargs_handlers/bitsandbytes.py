@@ -18,11 +18,12 @@ INT8_MODES = ("int8", "int8-training")
 INT8_DTYPE_NAME = "float16"
 """The only compute dtype of the int8 modes: LLM.int8() quantizes activations through float16."""
 
-_DTYPES = {
+DTYPE_NAMES = {
     "float16": "float16", "fp16": "float16", "half": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "fp32": "float32", "float": "float32",
 }
+"""The dtype spellings `dtype` accepts as text -> torch's name (the settings schema reads them too)."""
 
 
 @kwargs_handler()
@@ -62,9 +63,9 @@ def _check_dtype(mode: str, value: object) -> torch.dtype | None:
     if value is None:
         return None
     if isinstance(value, str):
-        if value.lower().removeprefix("torch.") not in _DTYPES:
-            raise choice_error("BitsandbytesKwargs.dtype", value, sorted(_DTYPES), "Or pass a torch.dtype.")
-        value = getattr(torch, _DTYPES[value.lower().removeprefix("torch.")])
+        if value.lower().removeprefix("torch.") not in DTYPE_NAMES:
+            raise choice_error("BitsandbytesKwargs.dtype", value, sorted(DTYPE_NAMES), "Or pass a torch.dtype.")
+        value = getattr(torch, DTYPE_NAMES[value.lower().removeprefix("torch.")])
     if value not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(
             f"BitsandbytesKwargs.dtype={value!r} is not accepted; accepted: torch.float16, torch.bfloat16, "

@@ -51,6 +51,10 @@ class Handlers:
         """Whether the user gave a handler of type `kind`."""
         return kind in self.given
 
+    def supplies(self, kind: type[KwargsHandler]) -> bool:
+        """Whether the user or the environment (`accel launch`) gave a handler of type `kind`."""
+        return kind in self.given or kind in self.environment
+
 
 def collect_handlers(
     kwarg_handlers: Sequence[KwargsHandler] | None, kwargs_handlers: Sequence[KwargsHandler] | None

@@ -117,7 +117,7 @@ class Quantizer:
 def create_quantizer(handlers: Handlers, precision: _Precision, device: torch.device) -> Quantizer | None:
     """The Quantizer the user's BitsandbytesKwargs asks for (None without one), checked against the
     precision and the device: raises here, at construction, if it cannot run."""
-    if not handlers.has(BitsandbytesKwargs):
+    if not handlers.supplies(BitsandbytesKwargs):  # given in the code, or by accel launch (ACCEL_BNB_*)
         return None
     options = handlers.get(BitsandbytesKwargs)
     if precision.name == "fp8":

@@ -162,15 +162,15 @@ def test_accelerate_config_is_mapped_silently_when_nothing_is_lost(run_accel, sh
 
 
 def test_accelerate_config_names_what_is_lost_in_one_warning(run_accel, show_env_script: Path, tmp_path: Path) -> None:
-    text = ACCELERATE_CONFIG.replace("distributed_type: MULTI_CPU", "distributed_type: FSDP")
-    text = text.replace("  interval: 1", "  interval: 2") + "dynamo_config:\n  dynamo_backend: INDUCTOR\n"
+    text = ACCELERATE_CONFIG.replace("  interval: 1", "  interval: 2") + "enable_cpu_affinity: true\n"
+    text += "dynamo_config:\n  dynamo_backend: INDUCTOR\n"
     config = tmp_path / "accelerate.yaml"
     config.write_text(text)
     result = run_accel("launch", "--config_file", str(config), *RUNS_ANYWHERE, str(show_env_script))
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == (
         f"accel launch: warning: {config} is an Accelerate config; ignoring what has no meaning in accel: "
-        "distributed_type=FSDP, dynamo_config, fp8_config.interval=2"
+        "enable_cpu_affinity=True, fp8_config.interval=2"
     )
 
 

@@ -1,0 +1,82 @@
+"""The FSDP and bitsandbytes question groups with scripted answers: the branches the terminal tests do not take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from accel.cli import wizard_bnb, wizard_fsdp
+
+
+class Script:
+    """Stands in for the prompts: answers by question, and records what was asked and offered."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+        self.offered: dict[str, list[Any]] = {}
+
+    def _answer(self, question: str) -> Any:
+        self.asked.append(question)
+        return next(value for key, value in self.answers.items() if key in question)
+
+    def text(self, setting: Any, question: str, default: Any, check: Any = None) -> Any:
+        return self._answer(question)
+
+    def yes_no(self, question: str, default: bool) -> bool:
+        return self._answer(question)
+
+    def select(self, question: str, options: list[Any], default: Any) -> Any:
+        self.offered[question] = options
+        return self._answer(question)
+
+
+def scripted(monkeypatch: pytest.MonkeyPatch, module: Any, answers: dict[str, Any]) -> Script:
+    script = Script(answers)
+    for name, method in (("ask_text", script.text), ("ask_yes_no", script.yes_no), ("ask_select", script.select)):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, method)
+    return script
+
+
+def test_size_based_wrap_asks_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripted(monkeypatch, wizard_fsdp, {"with FSDP": True, "fsdp_auto_wrap_policy": "size_based_wrap",
+                                        "fsdp_min_num_params": 5000, "fsdp_reshard": True, "fsdp_offload": True,
+                                        "fsdp_activation": False, "fsdp_state_dict_type": "SHARDED_STATE_DICT"})
+    assert wizard_fsdp.ask_fsdp({}, 4) == {
+        "use_fsdp": True, "fsdp_version": 2, "fsdp_auto_wrap_policy": "size_based_wrap", "fsdp_min_num_params": 5000,
+        "fsdp_reshard_after_forward": True, "fsdp_offload_params": True, "fsdp_activation_checkpointing": False,
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT"}
+
+
+def test_no_wrap_asks_no_activation_checkpointing(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": True, "fsdp_auto_wrap_policy": "no_wrap",
+                                                 "fsdp_reshard": True, "fsdp_offload": False,
+                                                 "fsdp_state_dict_type": "FULL_STATE_DICT"})
+    answers = wizard_fsdp.ask_fsdp({}, 2)
+    assert "fsdp_activation_checkpointing" not in answers and answers["fsdp_auto_wrap_policy"] == "no_wrap"
+    assert not any("activation" in question or "Class names" in question for question in script.asked)
+
+
+def test_declining_fsdp_asks_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": False})
+    assert wizard_fsdp.ask_fsdp({}, 2) == {} and len(script.asked) == 1
+
+
+@pytest.mark.parametrize("answers", [{"use_fsdp": True}, {"mixed_precision": "fp8"}])
+def test_quantization_is_not_asked_with_fsdp_or_fp8(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    script = scripted(monkeypatch, wizard_bnb, {})
+    assert wizard_bnb.ask_quantization({}, torch.device("cpu"), answers) == {}
+    assert script.asked == [] and "bitsandbytes quantization: not asked" in capsys.readouterr().out
+
+
+def test_modes_that_cannot_run_are_offered_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the meta device no mode runs (nothing to quantize): each is shown with why, and only 'no' can be chosen."""
+    script = scripted(monkeypatch, wizard_bnb, {"Quantize": "no"})
+    assert wizard_bnb.ask_quantization({}, torch.device("meta"), {"mixed_precision": "no"}) == {}
+    [options] = script.offered.values()
+    assert [o.value for o in options if o.unavailable is None] == ["no"]
+    assert all("the meta device holds no data to quantize" in o.unavailable for o in options[1:])
