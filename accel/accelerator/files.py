@@ -15,7 +15,6 @@ from accel._warnings import warn_once
 from accel.accelerator import checkpointing
 from accel.accelerator import model as model_utils
 from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
-from accel.accelerator.fsdp_wiring import refuse_checkpoints
 from accel.accelerator.io import require_safetensors_writer
 from accel.accelerator.model_files import parse_size, write_model_files, write_object
 from accel.backends.base import PrecisionBackend
@@ -97,7 +96,6 @@ class FilesMixin:
                 "and weights-only tensors, never pickles; the checkpoint is written that way.",
                 category=UserWarning,
             )
-        refuse_checkpoints(self, "save_state")  # type: ignore[arg-type]
         return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]
 
     def load_state(
@@ -115,7 +113,6 @@ class FilesMixin:
                 f"load_state got {sorted(given)}: accel restores its checkpoints exactly and takes "
                 "no options for loading the model (a strict load always). Drop these arguments."
             )
-        refuse_checkpoints(self, "load_state")  # type: ignore[arg-type]
         return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]
 
     def register_for_checkpointing(self, *objects: Any) -> None:

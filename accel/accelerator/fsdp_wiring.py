@@ -9,18 +9,31 @@ import torch
 from torch import nn
 
 from accel import fsdp
+from accel.accelerator import model as model_utils
 
 if TYPE_CHECKING:
     from accel.accelerator.accelerator import Accelerator
 
 
-def shard(accelerator: Accelerator, model: nn.Module) -> nn.Module:
-    """`model` sharded with the Accelerator's plugin; optimizers prepared earlier follow its new parameters."""
-    names = fsdp.parameter_names(model)
+def parameter_names(accelerator: Accelerator, model: nn.Module) -> dict[int, str]:
+    """id(parameter) -> name for the model about to be prepared (empty without FSDP).
+
+    Taken before the precision converts the model: a backend may replace Parameters (torchao's FP8
+    all-gather wraps each weight in a new one), and an optimizer built before prepare still holds
+    the originals; `shard` points it at the sharded parameters of the same names.
+    """
+    if accelerator.fsdp_plugin is None:
+        return {}
+    return fsdp.parameter_names(model_utils.unwrap_model(model))
+
+
+def shard(accelerator: Accelerator, model: nn.Module, names: dict[int, str]) -> nn.Module:
+    """`model` sharded with the Accelerator's plugin; optimizers prepared earlier follow its new parameters
+    (found by `names`, taken before conversion, and by the names of the converted model)."""
+    names = {**names, **fsdp.parameter_names(model)}
     assert accelerator.fsdp_plugin is not None
-    model = fsdp.shard_model(
-        model, accelerator.fsdp_plugin, accelerator.precision.name, accelerator.device, accelerator.process_state
-    )
+    precision = accelerator.precision.fsdp_precision
+    model = fsdp.shard_model(model, accelerator.fsdp_plugin, precision, accelerator.device, accelerator.process_state)
     accelerator._fsdp_names.update(names)
     for wrapped in accelerator._optimizers:
         fsdp.retarget_optimizer(wrapped.optimizer, names, model)
@@ -33,13 +46,3 @@ def retarget(accelerator: Accelerator, optimizer: torch.optim.Optimizer) -> None
         return
     for model in accelerator._models:
         fsdp.retarget_optimizer(optimizer, accelerator._fsdp_names, model)
-
-
-def refuse_checkpoints(accelerator: Accelerator, method: str) -> None:
-    """save_state/load_state do not write or read sharded models yet: refuse rather than save wrong files."""
-    if accelerator.fsdp_plugin is not None:
-        raise NotImplementedError(
-            f"{method} with fsdp_plugin is not supported yet: accel's checkpoints do not hold sharded models and "
-            "optimizers. Save the weights with accelerator.save_model(model, folder) (every process calls it), or "
-            "use accel.fsdp.save_sharded / load_sharded (torch.distributed.checkpoint) directly; see docs/fsdp.md."
-        )

@@ -3,7 +3,8 @@
 plugin.py: FullyShardedDataParallelPlugin (Accelerate's names). wrap.py: `shard_model`, which
 prepare runs in place of DistributedDataParallel. state.py: full weights, the global gradient
 norm, no_sync. optimizer.py: an optimizer built before sharding, pointed at the shards. checkpoint.py: sharded save/load with torch.distributed.checkpoint (any number
-of processes) and `consolidate` (one model.safetensors); consolidate.py: its command.
+of processes) and `consolidate` (one model.safetensors); consolidate.py: its command. safe_reading.py:
+reading those folders without running code from them (torch's own reader unpickles).
 """
 
 from accel.fsdp.checkpoint import (

@@ -3,8 +3,8 @@
 `save_sharded` has each process write its own shards into one folder (`__<rank>_0.distcp`
 files and a `.metadata` index written by the main process); nothing is gathered. The optimizer
 state is keyed by parameter name, not by position, so `load_sharded` can read the folder with
-any number of processes (resharding), an unsharded model in one process included. Tensors
-only: loading runs no code from the files.
+any number of processes (resharding), an unsharded model in one process included. Loading runs
+no code from the files (safe_reading.py: torch's own reader would unpickle them).
 
     save_sharded(folder, model, optimizer)     # on every process
     load_sharded(folder, model, optimizer)     # on every process, any number of them
@@ -40,6 +40,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from accel.fsdp.safe_reading import SafeLoadPlanner, SafeReader, read_metadata
+
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
 METADATA_NAME = ".metadata"
@@ -54,7 +56,7 @@ def consolidate(sharded_dir: str | os.PathLike[str], output_dir: str | os.PathLi
     ValueError when it holds no model weights.
     """
     folder = find_sharded_folder(sharded_dir)
-    reader = dcp.FileSystemReader(folder)
+    reader = SafeReader(folder)
     entries = reader.read_metadata().state_dict_metadata
     prefix = MODEL_KEY + "."
     state = {
@@ -68,7 +70,7 @@ def consolidate(sharded_dir: str | os.PathLike[str], output_dir: str | os.PathLi
             f"{prefix!r}); it was not written by accel's save_sharded / save_state."
         )
     with quiet_single_process():
-        dcp.load(state, storage_reader=reader, no_dist=True)
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=True)
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     target = output / WEIGHTS_NAME
@@ -89,6 +91,8 @@ def find_sharded_folder(path: str | os.PathLike[str]) -> Path:
         if found
         else f"neither it nor a subfolder holds {METADATA_NAME} (written by torch.distributed.checkpoint)"
     )
+    if not found and (folder / WEIGHTS_NAME).is_file():
+        detail += f"; it holds {WEIGHTS_NAME} already (saved with FULL_STATE_DICT): use that file"
     raise FileNotFoundError(f"consolidate: {str(folder)!r} is not a sharded checkpoint: {detail}.")
 
 
@@ -118,7 +122,7 @@ def load_sharded(folder: str | os.PathLike[str], model: nn.Module, optimizer: to
         )
     state = _state(model, optimizer)
     with quiet_single_process():
-        dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+        dcp.load(state, storage_reader=SafeReader(folder), planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
     raw = _raw(optimizer)
     if raw is None:
         set_model_state_dict(model, state[MODEL_KEY])
@@ -134,7 +138,7 @@ def saved_tensor_shapes(folder: str | os.PathLike[str], key: str = MODEL_KEY) ->
             f"{str(folder)!r} is not a sharded checkpoint: it has no {METADATA_NAME} file (written by "
             "torch.distributed.checkpoint). Give the folder that save_state wrote the model's shards into."
         )
-    metadata = dcp.FileSystemReader(folder).read_metadata()
+    metadata = read_metadata(folder)
     prefix = key + "."
     return {
         name.removeprefix(prefix): tuple(entry.size)

@@ -4,10 +4,11 @@ models itself (diffusers' `save_pretrained` into the checkpoint folder, say).
 A save hook is called as `hook(models, weights, output_dir)` on the main process, just before
 the checkpoint's files are written, with `output_dir` the folder being written (it becomes the
 checkpoint atomically, with the hook's files in it). Removing an entry from `weights` means "I
-saved this model myself": accel does not write that model's weights. A load hook is called as
-`hook(models, input_dir)` on every process before anything is restored; removing an entry from
-`models` means "I loaded this model myself". Entries are matched by identity, so it does not
-matter which end a hook pops from.
+saved this model myself": accel does not write that model's weights. Under FSDP with
+SHARDED_STATE_DICT every process writes its shards itself and `weights` is empty (as in Accelerate).
+A load hook is called as `hook(models, input_dir)` on every process before anything is restored;
+removing an entry from `models` means "I loaded this model myself". Entries are matched by
+identity, so it does not matter which end a hook pops from.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ def files_saved_by_hooks(
     hooks = list(accelerator._save_state_pre_hooks.values())
     if not hooks:
         return set()
-    count = len(accelerator._models)
-    weights = [tensors[layout.model_file(i)] for i in range(count)]
+    present = [i for i in range(len(accelerator._models)) if layout.model_file(i) in tensors]  # none when sharded
+    weights = [tensors[layout.model_file(i)] for i in present]
     for hook in hooks:
         hook(list(accelerator._models), weights, str(folder))
     kept = {id(w) for w in weights}
-    dropped = [i for i in range(count) if id(tensors[layout.model_file(i)]) not in kept]
+    dropped = [i for i in present if id(tensors[layout.model_file(i)]) not in kept]
     return {name for i in dropped for name in (layout.model_file(i), layout.gradients_file(i))}
 
 

@@ -42,3 +42,18 @@ def dataloaders_file(process_index: int) -> str:
 
 
 PRECISION_FILE = "precision.pt"
+
+
+SHARDS_DIR = "shards"
+"""The subfolder of a checkpoint saved with FSDP's SHARDED_STATE_DICT: every process's shards of
+the models and optimizers, written by torch.distributed.checkpoint (`.metadata`, `__<rank>_0.distcp`)."""
+
+
+def model_key(index: int) -> str:
+    """Model `index`'s key in the sharded checkpoint: its tensors are `<key>.<parameter name>`."""
+    return indexed("model", index, "")
+
+
+def optimizer_key(index: int) -> str:
+    """Optimizer `index`'s key in the sharded checkpoint."""
+    return indexed("optimizer", index, "")

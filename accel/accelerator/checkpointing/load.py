@@ -13,6 +13,7 @@ from accel.accelerator.checkpointing.manifest import MANIFEST_NAME, Manifest, re
 from accel.accelerator.checkpointing.naming import leftover_of, numbered_checkpoints
 from accel.accelerator.checkpointing.processes import agree, on_main
 from accel.accelerator.checkpointing.project import check_folder
+from accel.accelerator.checkpointing.sharded_load import read_shards
 from accel.accelerator.checkpointing.state import apply, stage
 
 if TYPE_CHECKING:
@@ -34,7 +35,10 @@ def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | Non
     manifest = agree(accelerator, lambda: open_checkpoint(folder, label, verify=verify), "load_state")
     models = models_loaded_by_accel(accelerator, folder)
     staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label, models), "load_state")
-    apply(accelerator, staged, label)
+    shards = None  # read only once every process has staged the rest: torch's reading is collective
+    if staged.sharded:
+        shards = agree(accelerator, lambda: read_shards(accelerator, folder, models, label), "load_state")
+    apply(accelerator, staged, label, shards)
     accelerator.save_iteration = max(accelerator.save_iteration, manifest.iteration + 1)
     return folder
 

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from accel.accelerator.checkpointing.errors import CheckpointError
+from accel.accelerator.checkpointing.layout import SHARDS_DIR
+from accel.fsdp.plugin import STATE_DICT_TYPES
 
 FORMAT = "accel-checkpoint"
-FORMAT_VERSION = 1
-"""Raised whenever a change would make older accel versions misread a checkpoint."""
+FORMAT_VERSION = 2
+"""Raised whenever a change would make older accel versions misread a checkpoint. 2: the `fsdp`
+field, files under `shards/`, and optimizer states keyed by parameter name when saved under FSDP."""
 MANIFEST_NAME = "manifest.json"
 CONTENTS = ("models", "optimizers", "schedulers", "dataloaders", "custom_objects")
 """The kinds of objects a checkpoint holds, as counted in the manifest's `contents`."""
@@ -50,7 +53,9 @@ class Manifest:
     dataloaders: list[dict[str, int]]
     """Each prepared dataloader's position: {"epoch": ..., "batch": ...} (for people; the state is in files)."""
     files: dict[str, FileEntry]
-    """Every other file of the checkpoint, with its size and SHA-256."""
+    """Every other file of the checkpoint, with its size and SHA-256 (`shards/...` for a sharded one's)."""
+    fsdp: dict[str, Any] | None = None
+    """Saved under FSDP: {"state_dict_type": ..., and the plugin's other settings}; else None."""
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -69,6 +74,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "dataloaders": list,
     "files": dict,
     "created": str,
+    "fsdp": (dict, type(None)),
 }
 
 
@@ -121,6 +127,7 @@ def _from_dict(data: dict[str, Any], label: str) -> Manifest:
     for key, kind in (("steps", int), ("micro_batch", int), ("sync_gradients", bool)):
         _check(label, f"gradient_accumulation.{key}", data["gradient_accumulation"].get(key), kind)
     _check_window(label, data["gradient_accumulation"])
+    _check_fsdp(label, data.get("fsdp"))
     files = {}
     for name, entry in data["files"].items():
         if not _is_plain_name(name) or not isinstance(entry, dict):
@@ -172,6 +179,14 @@ def _check_window(label: str, accumulation: dict[str, Any]) -> None:
         )
 
 
+def _check_fsdp(label: str, fsdp: dict[str, Any] | None) -> None:
+    if fsdp is not None and fsdp.get("state_dict_type") not in STATE_DICT_TYPES:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} has fsdp.state_dict_type={fsdp.get('state_dict_type')!r}, not one of "
+            f"{', '.join(STATE_DICT_TYPES)}; the checkpoint is damaged."
+        )
+
+
 def _depth(value: Any) -> int:
     """How deeply `value` nests lists and dicts (iteratively: no recursion to exhaust)."""
     deepest, stack = 0, [(value, 1)]
@@ -185,6 +200,10 @@ def _depth(value: Any) -> int:
 
 
 def _is_plain_name(name: str) -> bool:
+    """A file directly in the checkpoint folder, or in its `shards/` subfolder (where `.metadata` is)."""
+    folder, _, inner = name.rpartition("/")
+    if folder:
+        return folder == SHARDS_DIR and bool(inner) and Path(inner).name == inner and inner not in (".", "..")
     return bool(name) and Path(name).name == name and not name.startswith(".") and name != MANIFEST_NAME
 
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
+from accel import fsdp
 from accel.accelerator.io import without_shared
 
 if TYPE_CHECKING:
@@ -30,7 +32,16 @@ def model_gradients(accelerator: Accelerator, model: nn.Module) -> dict[str, tor
 
 def weight_problems(accelerator: Accelerator, model: nn.Module, saved: dict[str, tuple[int, ...]]) -> list[str]:
     """What differs between the saved weights' names/shapes and the model's; empty when they fit."""
-    expected = {name: tuple(t.shape) for name, t in model_weights(accelerator, model).items()}
+    target = accelerator.unwrap_model(model, keep_torch_compile=False)
+    if fsdp.is_sharded(target):  # full shapes without gathering (every process checks; none holds the weights)
+        expected = {name: tuple(t.shape) for name, t in get_model_state_dict(target).items()}
+    else:
+        expected = {name: tuple(t.shape) for name, t in model_weights(accelerator, model).items()}
+    return shape_problems(expected, saved)
+
+
+def shape_problems(expected: dict[str, tuple[int, ...]], saved: dict[str, tuple[int, ...]]) -> list[str]:
+    """The names missing on either side and the shapes that differ, in words; empty when they fit."""
     problems = []
     missing = [name for name in expected if name not in saved]
     unexpected = [name for name in saved if name not in expected]
@@ -51,9 +62,13 @@ def weight_problems(accelerator: Accelerator, model: nn.Module, saved: dict[str,
 def load_weights(accelerator: Accelerator, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
     """Copy saved weights into the prepared model (names were checked by `weight_problems`).
 
-    Tied weights were saved once; loading one name fills every name that shares it.
+    Tied weights were saved once; loading one name fills every name that shares it. A sharded
+    model gets the full weights on every process, and each keeps its shards of them.
     """
     target = accelerator.unwrap_model(model, keep_torch_compile=False)
+    if fsdp.is_sharded(target):
+        set_model_state_dict(target, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+        return
     target.load_state_dict(weights, strict=False)
 
 

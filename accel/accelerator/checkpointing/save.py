@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,11 +15,18 @@ from accel.accelerator.checkpointing.compat import fp8_setup
 from accel.accelerator.checkpointing.hooks import files_saved_by_hooks
 from accel.accelerator.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
 from accel.accelerator.checkpointing.naming import next_number, numbered_name, to_rotate_out
-from accel.accelerator.checkpointing.processes import on_main
+from accel.accelerator.checkpointing.processes import agree, on_main
 from accel.accelerator.checkpointing.project import check_folder
 from accel.accelerator.checkpointing.serialization import save_tensors, save_torch
+from accel.accelerator.checkpointing.sharded import fsdp_record, saves_shards, shard_files, write_shards
 from accel.accelerator.checkpointing.state import Snapshot, collect
-from accel.accelerator.checkpointing.writer import publish_folder, remove_folder, write_file
+from accel.accelerator.checkpointing.writer import (
+    move_into_place,
+    open_work_folder,
+    publish_folder,
+    remove_folder,
+    write_file,
+)
 from accel.accelerator.io import require_safetensors_writer
 
 if TYPE_CHECKING:
@@ -33,7 +41,10 @@ def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | No
     """
     require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
     snapshot = collect(accelerator)
-    target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
+    if saves_shards(accelerator):
+        target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
+    else:
+        target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
     accelerator.save_iteration = iteration + 1
     return target
 
@@ -49,6 +60,43 @@ def _publish(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None
     if automatic:
         _rotate(target.parent, limit, keep=target)
     return target, iteration
+
+
+def _publish_sharded(
+    accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot
+) -> tuple[Path, int]:
+    """As `_publish`, with every process writing its shards into the main process's hidden work
+    folder before the main process adds the rest and renames it: a process that fails or dies
+    midway leaves only that hidden folder (removed here, or by the next save once it is dead)."""
+    target, iteration, automatic, temp = on_main(accelerator, lambda: _open(accelerator, output_dir), "save_state")
+    try:
+        agree(accelerator, lambda: write_shards(accelerator, temp), "save_state")
+        on_main(accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic), "save_state")
+    except BaseException:
+        if accelerator.is_main_process:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return target, iteration
+
+
+def _finish(
+    accelerator: Accelerator, snapshot: Snapshot, iteration: int, temp: Path, target: Path, automatic: bool
+) -> None:
+    """Add the other files and the manifest to the work folder `temp`, rename it to `target` and
+    rotate old automatic checkpoints (main process)."""
+    _write(temp, snapshot, accelerator, iteration)
+    move_into_place(temp, target)
+    if automatic:
+        _rotate(target.parent, accelerator.project_configuration.total_limit, keep=target)
+
+
+def _open(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool, Path]:
+    """(folder, iteration, whether automatic, the hidden work folder created beside it) (main process)."""
+    target, iteration, automatic = _target(accelerator, output_dir)
+    _refuse_foreign_folder(target)
+    if automatic:
+        _rotate(target.parent, accelerator.project_configuration.total_limit)
+    return target, iteration, automatic, open_work_folder(target)
 
 
 def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:
@@ -102,6 +150,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration
         save_tensors(snapshot.tensors[name], folder / name)
     for name, value in snapshot.objects.items():
         save_torch(value, folder / name)
+    written = [*tensor_files, *snapshot.objects, *shard_files(folder)]
     manifest = Manifest(
         accel_version=__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -112,7 +161,8 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration
         gradient_accumulation=snapshot.gradient_accumulation,
         contents=snapshot.contents,
         dataloaders=snapshot.dataloaders,
-        files={name: describe_file(folder / name) for name in [*tensor_files, *snapshot.objects]},
+        files={name: describe_file(folder / name) for name in written},
+        fsdp=fsdp_record(accelerator),
     )
     text = manifest.to_json().encode("utf-8")
     write_file(folder / MANIFEST_NAME, lambda file: file.write(text))

@@ -30,6 +30,19 @@ from accel.accelerator.checkpointing.models import (
 from accel.accelerator.checkpointing.processes import averaged, own_files, per_process_objects, warn_no_rng
 from accel.accelerator.checkpointing.rng import restore_rng
 from accel.accelerator.checkpointing.serialization import check_safe, load_tensors, load_torch, tensor_shapes
+from accel.accelerator.checkpointing.sharded import (
+    is_sharded_checkpoint,
+    optimizer_state,
+    refuse_inside_window,
+    saves_shards,
+)
+from accel.accelerator.checkpointing.sharded_load import (
+    METADATA,
+    apply_shards,
+    fsdp_problems,
+    load_optimizer,
+    shape_problems,
+)
 
 if TYPE_CHECKING:
     from accel.accelerator.accelerator import Accelerator
@@ -54,14 +67,17 @@ def collect(accelerator: Accelerator) -> Snapshot:
     With several processes every process takes part (gradients and per-process state are
     exchanged), and every process ends with the whole snapshot.
     """
+    refuse_inside_window(accelerator)
     gradient_state = accelerator.gradient_state
     inside_window = gradient_state.step != 0
+    sharded = saves_shards(accelerator)  # then the models and optimizers go to shards/, each process its own
     tensors: dict[str, dict[str, torch.Tensor]] = {}
     for index, model in enumerate(accelerator._models):
-        tensors[layout.model_file(index)] = model_weights(accelerator, model)
+        if not sharded:
+            tensors[layout.model_file(index)] = model_weights(accelerator, model)
         if inside_window:
             tensors[layout.gradients_file(index)] = averaged(model_gradients(accelerator, model), accelerator)
-    described = _described_objects(accelerator)
+    described = _described_objects(accelerator, sharded)
     for value, what in described.values():
         check_safe(value, what)
     loaders = described[layout.dataloaders_file(0)][0]
@@ -78,11 +94,11 @@ def collect(accelerator: Accelerator) -> Snapshot:
     )
 
 
-def _described_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
+def _described_objects(accelerator: Accelerator, sharded: bool) -> dict[str, tuple[Any, str]]:
     """File name -> (value, what it is, for errors) of everything saved with torch.save."""
     found: dict[str, tuple[Any, str]] = {}
-    for index, optimizer in enumerate(accelerator._optimizers):
-        found[layout.optimizer_file(index)] = (optimizer.state_dict(), f"optimizer {index}'s state_dict()")
+    for index in range(0 if sharded else len(accelerator._optimizers)):
+        found[layout.optimizer_file(index)] = (optimizer_state(accelerator, index), f"optimizer {index}'s state_dict()")
     for index, scheduler in enumerate(accelerator._schedulers):
         found[layout.scheduler_file(index)] = (scheduler.state_dict(), f"scheduler {index}'s state_dict()")
     for index, obj in enumerate(accelerator._checkpointed_objects):
@@ -104,30 +120,43 @@ class Staged:
     objects: dict[str, Any]
     manifest: Manifest
 
+    @property
+    def sharded(self) -> bool:
+        """True when the models and optimizers are in the checkpoint's shards/ (read by `read_shards`)."""
+        return is_sharded_checkpoint(self.manifest)
+
 
 def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str, models: list[int]) -> Staged:
     """Read every file this process needs (for the prepared models `models`, by index) and check
-    it fits; raise CheckpointError listing all differences, having changed nothing."""
-    _raise_if(label, setup_problems(accelerator, manifest) or _missing_files(accelerator, manifest, models))
-    problems = []
-    for index in models:
-        model = accelerator._models[index]
-        shapes = tensor_shapes(folder / layout.model_file(index), label)
-        problems += [f"model {index}: {problem}" for problem in weight_problems(accelerator, model, shapes)]
-    _raise_if(label, problems)
+    it fits; raise CheckpointError listing all differences, having changed nothing. The shards of
+    a sharded checkpoint are checked here by their index, and read afterwards by `read_shards`."""
+    problems = setup_problems(accelerator, manifest) + fsdp_problems(accelerator, manifest)
+    _raise_if(label, problems or _missing_files(accelerator, manifest, models))
+    sharded = is_sharded_checkpoint(manifest)
+    check_weights = shape_problems if sharded else _weight_problems
+    _raise_if(label, check_weights(accelerator, folder, models, label))
     objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator, manifest)}
     problems = []
-    for index, optimizer in enumerate(accelerator._optimizers):
-        problems += optimizer_problems(index, optimizer, objects[layout.optimizer_file(index)])
+    for index in range(0 if sharded else len(accelerator._optimizers)):
+        problems += optimizer_problems(index, accelerator._optimizers[index], objects[layout.optimizer_file(index)])
     _raise_if(label, problems)
-    weights = [load_tensors(folder / layout.model_file(i), label) for i in models]
+    weights = [{} if sharded else load_tensors(folder / layout.model_file(i), label) for i in models]
     inside_window = manifest.gradient_accumulation["micro_batch"] != 0
     gradients = [load_tensors(folder / layout.gradients_file(i), label) if inside_window else {} for i in models]
     return Staged(models=models, weights=weights, gradients=gradients, objects=objects, manifest=manifest)
 
 
-def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
-    """Restore a staged checkpoint into the Accelerator and its prepared objects."""
+def _weight_problems(accelerator: Accelerator, folder: Path, models: list[int], label: str) -> list[str]:
+    problems = []
+    for index in models:
+        shapes = tensor_shapes(folder / layout.model_file(index), label)
+        problems += [f"model {index}: {p}" for p in weight_problems(accelerator, accelerator._models[index], shapes)]
+    return problems
+
+
+def apply(accelerator: Accelerator, staged: Staged, label: str, shards: dict[str, Any] | None = None) -> None:
+    """Restore a staged checkpoint into the Accelerator and its prepared objects (with a sharded
+    checkpoint's models and optimizers as `read_shards` read them)."""
     objects = staged.objects
     rank = accelerator.process_index
     rng_file, loaders_file = own_files(rank, staged.manifest.num_processes)
@@ -137,14 +166,11 @@ def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
     for index, obj in enumerate(accelerator._checkpointed_objects):
         with _restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])
-    for position, index in enumerate(staged.models):
-        model = accelerator._models[index]
-        with _restoring(label, f"model {index}", layout.model_file(index)):
-            load_weights(accelerator, model, staged.weights[position])
-            load_gradients(accelerator, model, staged.gradients[position])
-    for index, optimizer in enumerate(accelerator._optimizers):
-        with _restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
-            optimizer.load_state_dict(objects[layout.optimizer_file(index)])
+    if shards is not None:
+        with _restoring(label, "the models and optimizers", layout.SHARDS_DIR):
+            apply_shards(accelerator, shards, staged.models)
+    else:
+        _apply_files(accelerator, staged, label)
     for index, scheduler in enumerate(accelerator._schedulers):
         with _restoring(label, f"scheduler {index}", layout.scheduler_file(index)):
             scheduler.load_state_dict(objects[layout.scheduler_file(index)])
@@ -160,11 +186,25 @@ def apply(accelerator: Accelerator, staged: Staged, label: str) -> None:
         restore_rng(objects[rng_file])
 
 
+def _apply_files(accelerator: Accelerator, staged: Staged, label: str) -> None:
+    """The models and optimizers from model*.safetensors and optimizer*.pt."""
+    by_name = staged.manifest.fsdp is not None  # optimizer states saved under FSDP are keyed by parameter name
+    for position, index in enumerate(staged.models):
+        model = accelerator._models[index]
+        with _restoring(label, f"model {index}", layout.model_file(index)):
+            load_weights(accelerator, model, staged.weights[position])
+            load_gradients(accelerator, model, staged.gradients[position])
+    for index in range(len(accelerator._optimizers)):
+        with _restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
+            load_optimizer(accelerator, index, staged.objects[layout.optimizer_file(index)], by_name)
+
+
 def _object_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
     """The torch.save files this process reads: the shared ones and its own (see processes.own_files)."""
     rng_file, loaders_file = own_files(accelerator.process_index, manifest.num_processes)
+    optimizers = 0 if is_sharded_checkpoint(manifest) else len(accelerator._optimizers)
     return [
-        *(layout.optimizer_file(i) for i in range(len(accelerator._optimizers))),
+        *(layout.optimizer_file(i) for i in range(optimizers)),
         *(layout.scheduler_file(i) for i in range(len(accelerator._schedulers))),
         *(layout.custom_file(i) for i in range(len(accelerator._checkpointed_objects))),
         layout.PRECISION_FILE,
@@ -174,7 +214,8 @@ def _object_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
 
 
 def _missing_files(accelerator: Accelerator, manifest: Manifest, models: list[int]) -> list[str]:
-    needed = [*(layout.model_file(i) for i in models), *_object_files(accelerator, manifest)]
+    weights = [METADATA] if is_sharded_checkpoint(manifest) else [layout.model_file(i) for i in models]
+    needed = [*weights, *_object_files(accelerator, manifest)]
     if manifest.gradient_accumulation["micro_batch"]:
         needed += [layout.gradients_file(i) for i in models]
     return [f"the manifest does not list {name}" for name in needed if name not in manifest.files]

@@ -22,21 +22,34 @@ def publish_folder(target: Path, fill: Callable[[Path], None]) -> None:
 
     On any error the hidden folder is removed and `target` is left as it was.
     """
+    temp = open_work_folder(target)
+    try:
+        fill(temp)
+        move_into_place(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+
+
+def open_work_folder(target: Path) -> Path:
+    """Create and return the hidden folder beside `target` that its checkpoint is written into
+    (after tidying what killed saves left there). Several processes may write into it."""
     parent = target.parent
     with _naming_errors(parent):
         parent.mkdir(parents=True, exist_ok=True)
         clear_leftovers(parent)
         temp = work_folder(target, WRITING)
         temp.mkdir()
-    try:
-        fill(temp)
-        with _naming_errors(temp):
-            sync_folder(temp)
-            _move_into_place(temp, target)
-            sync_folder(parent)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
+    return temp
+
+
+def move_into_place(temp: Path, target: Path) -> None:
+    """Sync the filled work folder `temp` (and its subfolders) and rename it to `target`."""
+    with _naming_errors(temp):
+        for folder in (*(p for p in temp.iterdir() if p.is_dir()), temp):
+            sync_folder(folder)
+        _move_into_place(temp, target)
+        sync_folder(target.parent)
 
 
 def write_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
