@@ -24,16 +24,25 @@ ROWWISE_FORMAT = "E4M3"
 """The only format torchao's rowwise recipes run (E4M3 for gradients too)."""
 
 
-def float8_config(recipe: FP8RecipeKwargs, scaling: str) -> Any:
+FSDP_FP8_ALL_GATHER = ("current",)
+"""The scalings whose weights FSDP2 can all-gather in FP8 (torchao's enable_fsdp_float8_all_gather is tensorwise only)."""
+
+
+def float8_config(recipe: FP8RecipeKwargs, scaling: str, fsdp_float8_all_gather: bool = False) -> Any:
     """torchao's Float8LinearConfig for `scaling` in `recipe.fp8_format`, with `pad_inner_dim` on.
 
     CUDA's `_scaled_mm` needs the contracted dimension to be a multiple of 16; for the weight
     gradient that is the token count, which a last partial batch breaks. torchao pads it with
     zeros (which add nothing to the product) when `pad_inner_dim` is set, as Accelerate sets it.
+    `fsdp_float8_all_gather` (a scaling in FSDP_FP8_ALL_GATHER): FSDP2 casts each weight shard to
+    FP8 before its all-gather, so that the weights travel in 8 bits (torchtitan's setting).
     """
     from torchao.float8 import CastConfig, Float8LinearConfig  # type: ignore[import-untyped]
 
-    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling]), pad_inner_dim=True)
+    config = dataclasses.replace(
+        Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling]), pad_inner_dim=True,
+        enable_fsdp_float8_all_gather=fsdp_float8_all_gather,
+    )
     if scaling == "current" and recipe.fp8_format == "E4M3":
         e4m3 = config.cast_config_input.target_dtype
         config = dataclasses.replace(

@@ -76,6 +76,17 @@ class PrecisionBackend:
         """What runs, in a few words for a log line (say 'bf16' or 'fp8 (native, O1, ...)')."""
         return self.name
 
+    @property
+    def fsdp_precision(self) -> str:
+        """The precision whose MixedPrecisionPolicy FSDP2 shards this one with (accel.fsdp.precision):
+        its own name; an FP8 backend answers with its base precision."""
+        return self.name
+
+    def configure_fsdp(self) -> None:
+        """Called once, at construction, when prepared models will be sharded with FSDP2 (fully_shard)
+        instead of DDP: get ready for it, or raise ValueError naming what cannot run sharded and what to
+        do. Default: nothing changes under FSDP."""
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Return the model converted for this precision (cast, layers swapped). Default: as is."""
         return module

@@ -108,6 +108,8 @@ class ConversionReport(LayerDecisions):
     layers: tuple[LayerDecision, ...]
     unmatched_patterns: tuple[str, ...] = ()
     others: tuple[HeldWeight, ...] = ()
+    sharding: str = ""
+    """How the FP8 layers run under FSDP2 (what is all-gathered, what is refused), or "" without FSDP."""
 
     @property
     def num_fp8(self) -> int:
@@ -137,6 +139,8 @@ class ConversionReport(LayerDecisions):
         if self.unmatched_patterns:
             names = ", ".join(repr(p) for p in self.unmatched_patterns)
             line += f"; exclude patterns that matched no module: {names}"
+        if self.sharding:
+            line += f"; under FSDP2: {self.sharding}"
         return line
 
     def details(self) -> str:

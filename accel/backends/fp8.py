@@ -27,6 +27,9 @@ logger = logging.getLogger("accel")
 AUTO_ORDER = ("te", "ao", "msamp", "native")
 """The order `backend='auto'` tries on a CUDA GPU with FP8."""
 
+FSDP_BASE_NAMES = {"fp32": "no"}
+"""FP8RecipeKwargs.base_precision -> the precision name accel.fsdp.precision knows it by (others are the same)."""
+
 
 class FP8Backend(PrecisionBackend):
     """Base of the FP8 backends: the recipe, its checks, the conversion report and statistics."""
@@ -59,11 +62,33 @@ class FP8Backend(PrecisionBackend):
         self.conversion_report: ConversionReport | None = None
         self.selection = f"FP8 backend {self.library!r}: asked for by name"
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
+        self.fsdp_mode = ""
+        """Under FSDP2 (configure_fsdp): how the FP8 layers run sharded, for describe() and the conversion report."""
 
     def describe(self) -> str:
         level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
+        level = self._describe_level(level)
         params = ", fp8_params" if self.recipe.fp8_params else ""
-        return f"fp8 ({self.library}, {self.scaling} scaling{level}, base {self.recipe.base_precision}{params})"
+        sharded = f", FSDP2: {self.fsdp_mode}" if self.fsdp_mode else ""
+        base = f"base {self.recipe.base_precision}"
+        return f"fp8 ({self.library}, {self.scaling} scaling{level}, {base}{params}{sharded})"
+
+    def _describe_level(self, level: str) -> str:
+        """The optimization level's part of describe(); a backend whose storage differs under FSDP says so."""
+        return level
+
+    @property
+    def fsdp_precision(self) -> str:
+        """The base precision's name: FSDP2 gathers and reduces as that precision says (accel.fsdp.precision)."""
+        return FSDP_BASE_NAMES.get(self.recipe.base_precision, self.recipe.base_precision)
+
+    def configure_fsdp(self) -> None:
+        """Default for an FP8 backend: refused, as its layers and state are not known to shard."""
+        raise ValueError(
+            f"mixed_precision='fp8' with FP8RecipeKwargs(backend={self.library!r}) cannot run under FSDP "
+            "(fsdp_plugin / distributed_type: FSDP): accel does not shard this backend's FP8 layers and state. "
+            "Use backend='ao' or 'native' under FSDP, or this backend under DDP (leave out the fsdp_plugin)."
+        )
 
     def __repr__(self) -> str:
         return (
@@ -152,6 +177,8 @@ class FP8Backend(PrecisionBackend):
                 "mixed_precision='fp8' found no linear layer (nn.Linear, or transformers' Conv1D on backend='native') it can run in FP8, so nothing would run in FP8.\n"
                 + report.details()
             )
+        if self.fsdp_mode:
+            report = dataclasses.replace(report, sharding=self.fsdp_mode)
         self.conversion_report = report
         logger.info(report.summary())
 

@@ -8,18 +8,27 @@ checkpoint holds nothing beyond the weights. A step whose gradients hold inf or 
 On CPU, torch routes FP8 GEMMs of same-dtype operands to oneDNN's reference kernel on CPUs with
 AMX (measured ~250x slower than torch's own kernel on a 256-wide MLP): the forward wrapper and
 `accelerator.backward` turn oneDNN off while FP8 runs. A bare `loss.backward()` does not.
+
+Under FSDP2 (configure_fsdp) tensorwise scaling all-gathers the weights in FP8 (ao_fsdp.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from accel.backends.ao_recipe import AO_RECIPES, ROWWISE_FORMAT, float8_config, high_precision_config
-from accel.backends.base import Forward, PrecisionBackend
+from accel._warnings import warn_once
+from accel.backends.ao_fsdp import (
+    EVAL_IN_FP8_REFUSAL, EVAL_IN_FP8_WARNING, FP8_ALL_GATHER_MODE, forget_scales, fp8_gathered_models,
+    high_precision_all_gather_mode, precompute_scales,
+)
+from accel.backends.ao_recipe import (
+    AO_RECIPES, FSDP_FP8_ALL_GATHER, ROWWISE_FORMAT, float8_config, high_precision_config,
+)
+from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import plan_conversion
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
@@ -71,8 +80,8 @@ class TorchAOFP8(FP8Backend):
     refusals = {
         "fp8_params": (
             "torchao's float8 training keeps the weights in high precision and casts them to FP8 for each GEMM "
-            "(its enable_fsdp_float8_all_gather casts them for FSDP's all-gather only, and FSDP is not wired "
-            "here). Use backend='native' or 'te' for FP8 weights."
+            "(under FSDP its enable_fsdp_float8_all_gather casts them for the all-gather only, which accel turns "
+            "on there by itself). Use backend='native' or 'te' for FP8 weights."
         ),
     }
 
@@ -82,6 +91,23 @@ class TorchAOFP8(FP8Backend):
         self._eval_config = high_precision_config()
         self._cpu = device.type == "cpu"
         self.skipped_steps = 0
+        self._fp8_in_eval = self.recipe.use_autocast_during_eval
+        self._fp8_gathered: list[nn.Module] = []
+        """Prepared models whose weights FSDP2 all-gathers in FP8: their scales are precomputed after each step."""
+
+    def configure_fsdp(self) -> None:
+        """Under FSDP2: tensorwise scaling all-gathers the weights in FP8 (then evaluation runs in FP8 too);
+        the rowwise recipes gather them in the base precision."""
+        if self.scaling not in FSDP_FP8_ALL_GATHER:
+            self.fsdp_mode = high_precision_all_gather_mode(self.scaling)
+            return
+        if "use_autocast_during_eval" in self.recipe.explicit_fields and not self.recipe.use_autocast_during_eval:
+            raise ValueError(EVAL_IN_FP8_REFUSAL)
+        if not self.recipe.use_autocast_during_eval:
+            warn_once(EVAL_IN_FP8_WARNING)
+        self.ao_config = float8_config(self.recipe, self.scaling, fsdp_float8_all_gather=True)
+        self._fp8_in_eval = True
+        self.fsdp_mode = FP8_ALL_GATHER_MODE
 
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
@@ -130,7 +156,11 @@ class TorchAOFP8(FP8Backend):
     def wrap_forward(self, forward: Forward) -> Forward:
         layers = [m for m in forward.__self__.modules() if _is_float8_linear(m)]  # type: ignore[attr-defined]
         configs = (self._eval_config, self.ao_config)
-        return AOForward(forward, self.base, layers, configs, self.recipe.use_autocast_during_eval, self._cpu)
+        return AOForward(forward, self.base, layers, configs, self._fp8_in_eval, self._cpu)
+
+    def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
+        if self.ao_config.enable_fsdp_float8_all_gather:
+            self._fp8_gathered = fp8_gathered_models(models)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         if self._cpu:
@@ -140,13 +170,20 @@ class TorchAOFP8(FP8Backend):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         """Step unless a gradient holds inf or NaN (then count the step as skipped); with an fp16
-        base the loss scaler decides (and lowers the scale)."""
+        base the loss scaler decides (and lowers the scale). Under FSDP with FP8 all-gather, a step
+        that ran is followed by the weights' new scales (one all-reduce)."""
+        stepped = self._step(optimizer, closure)
+        if stepped and self._fp8_gathered:
+            precompute_scales(self._fp8_gathered)
+        return stepped
+
+    def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> bool:
         if self.loss_scaler is not None:
             return self.base.optimizer_step(optimizer, closure)
         if closure is not None:
             optimizer.step(closure)
             return True
-        if _has_nonfinite_grad(optimizer):
+        if _has_nonfinite_grad(optimizer):  # under FSDP the DTensor norms are reduced over all shards
             self.skipped_steps += 1
             return False
         optimizer.step()
@@ -160,8 +197,11 @@ class TorchAOFP8(FP8Backend):
         return {**self.base_state_dict(), "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the count (and a loss scaler); the weights are being loaded too, so precomputed
+        FP8 all-gather scales are dropped and computed anew by the next all-gathers."""
         self.load_base_state_dict(state)
         self.skipped_steps = int(state["skipped_steps"])
+        forget_scales(self._fp8_gathered)
 
 
 AUTOCAST_BASES = ("bf16", "fp16")

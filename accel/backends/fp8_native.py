@@ -39,6 +39,18 @@ from accel.kwargs_handlers import Handlers
 
 logger = logging.getLogger("accel")
 
+STATS_INTERVAL = 100
+"""The saturated/flushed counts of fp8_stats() are taken on the first optimizer step and on every
+STATS_INTERVAL-th after it: counting costs extra passes over every FP8 tensor (measured 15% of a
+step of the transformers Llama benchmark), amax and scale are kept at every step regardless."""
+
+NATIVE_FSDP_STORAGE = (
+    "O1/O2 keep each converted weight in float16 with a scale and its gradient in FP8 outside param.grad, "
+    "averaged by accel's own all-reduce; fully_shard shards and reduce-scatters param.data and param.grad only, "
+    "so that storage is not sharded yet (and fp8_params' FP8 weight copy would be a full, unsharded one)."
+)
+"""Why O1/O2 storage and fp8_params do not run under FSDP2 on the native backend."""
+
 ROUNDING_SEED = 0x5EED
 """Seed of the stochastic-rounding generators: fixed, so that every process of a data-parallel
 run (whose replicas must stay equal) and every rerun draws the same bits."""
@@ -97,6 +109,7 @@ class NativeFP8(FP8Backend):
         self.level = LEVELS[recipe.optimization_level]()
         self.scalers = ScalerGroup({})
         self.skipped_steps = 0
+        self._steps_ended = 0
         self.compact_parameters: dict[str, CompactParameter] = {}
         """Every parameter kept in O1/O2 storage, by qualified name."""
         self._compact_by_id: dict[int, CompactParameter] = {}
@@ -108,8 +121,29 @@ class NativeFP8(FP8Backend):
         self._fp8_weights: list[FP8Weight] = []
         """The FP8 weights of fp8_params, remade after each optimizer step that changed their masters."""
         """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
+        self._sharded = False
+        """Under FSDP2 (configure_fsdp): no O1/O2 storage; the FP8 GEMMs run on the gathered weights."""
 
     # ------------------------------------------------------------------ preparing
+    def configure_fsdp(self) -> None:
+        """Under FSDP2: the FP8 GEMMs run on the weights FSDP gathers; O1/O2 storage and fp8_params
+        are refused when asked for, and otherwise do not run (see NATIVE_FSDP_STORAGE)."""
+        for field in ("optimization_level", "fp8_params"):
+            if field in self.recipe.explicit_fields and getattr(self.recipe, field):
+                raise ValueError(
+                    f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on backend='native' under "
+                    f"FSDP: {NATIVE_FSDP_STORAGE} Leave {field} out under FSDP (the FP8 GEMMs still run), or "
+                    "train under DDP (leave out the fsdp_plugin) to keep it."
+                )
+        self._sharded = True
+        self.fsdp_mode = (
+            "FP8 GEMMs on the weights FSDP gathers (in the base precision's dtype); weights, gradients and optimizer "
+            "state sharded in high precision (O1/O2 storage does not run under FSDP)"
+        )
+
+    def _describe_level(self, level: str) -> str:
+        return "" if self._sharded else level
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         module = self.convert_base(module)
         report = convert_linears(
@@ -119,7 +153,8 @@ class NativeFP8(FP8Backend):
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})
-        self._make_compact(module)
+        if not self._sharded:
+            self._make_compact(module)
         if self.recipe.fp8_params:
             self._fp8_weights.extend(layer.keep_fp8_weight() for layer in float8_layers(module).values())
         return module
@@ -211,6 +246,11 @@ class NativeFP8(FP8Backend):
         """Roll the amax histories; after a step that ran, the FP8 weights (fp8_params) are cast anew."""
         self.scalers.update()
         self.skipped_steps += not stepped
+        self._steps_ended += 1
+        count = self._steps_ended % STATS_INTERVAL == 0
+        if count or self._steps_ended % STATS_INTERVAL == 1:  # switched on for one step in STATS_INTERVAL
+            for scaler in self.scalers.scalers.values():
+                scaler.count_stats = count
         if stepped:
             for fp8_weight in self._fp8_weights:
                 fp8_weight.invalidate()
@@ -253,7 +293,8 @@ class NativeFP8(FP8Backend):
         return {**self.base.stats(), "skipped_steps": self.skipped_steps}
 
     def fp8_stats(self) -> dict[str, dict[str, float]]:
-        """Per tensor of every FP8 layer, its last step's amax and scale (and over/underflow counts).
+        """Per tensor of every FP8 layer, its last step's amax and scale, and the over/underflow
+        counts of the last step that counted them (the first, then every STATS_INTERVAL-th).
 
         Keys: ``"<layer>.input"``, ``".weight"``, ``".grad_output"`` for the GEMM operands;
         under O1/O2 also ``"<layer>.weight_grad"`` / ``".bias_grad"`` for the FP8 gradients.

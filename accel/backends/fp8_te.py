@@ -23,7 +23,9 @@ from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
 from accel.backends.fp8_base import FP8Forward
-from accel.backends.fp8_support import cuda_library_reason, library_version, module_present, too_old_reason
+from accel.backends.fp8_support import (
+    cuda_library_reason, library_version, module_present, too_old_reason, version_tuple,
+)
 from accel.backends.te_convert import (
     ParameterMap,
     convert_layer_norms,
@@ -38,6 +40,9 @@ from accel.kwargs_handlers import Handlers
 logger = logging.getLogger("accel")
 
 MIN_TE_VERSION = (2, 0)
+MIN_TE_FSDP2_VERSION = (2, 10)
+"""TransformerEngine trains its modules under torch's fully_shard (FSDP2) from 2.10 on (its PR #2245,
+"FSDP2 Support for TE"; 1.14 had only a first FP8 all-gather of Float8Tensor weights)."""
 INSTALL_TE = (
     "install it on a machine with CUDA and cuDNN: pip install --no-build-isolation "
     "'transformer_engine[pytorch]', as docs/fp8-backends.md says"
@@ -117,6 +122,25 @@ class TransformerEngineFP8(FP8Backend):
 
     def wrap_forward(self, forward: Forward) -> Forward:
         return TEForward(forward, self.base, self.autocast_factory, self.recipe.use_autocast_during_eval)
+
+    def configure_fsdp(self) -> None:
+        """Under FSDP2: TE 2.10 or newer shards its modules' high-precision weights; older TE, and accel's
+        fp8_params (FP8 weights with master copies outside the module), are refused."""
+        version = library_version(_root_module(self.te), ("transformer_engine", "transformer-engine"))
+        if version is None or version_tuple(version) < MIN_TE_FSDP2_VERSION:
+            wanted = ".".join(map(str, MIN_TE_FSDP2_VERSION))
+            raise ValueError(
+                f"FP8RecipeKwargs(backend='te') cannot run under FSDP with TransformerEngine {version or '(unknown)'}: "
+                f"TE supports torch's fully_shard (FSDP2) from {wanted} on. Upgrade TransformerEngine to {wanted} or "
+                "newer, use backend='ao' or 'native' under FSDP, or train under DDP (leave out the fsdp_plugin)."
+            )
+        if self.recipe.fp8_params:
+            raise ValueError(
+                "FP8RecipeKwargs(fp8_params=True) cannot run on backend='te' under FSDP in accel: accel keeps the "
+                "FP8 weights' high-precision masters outside the TE modules, where fully_shard does not shard them. "
+                "Leave fp8_params out under FSDP, or train under DDP (leave out the fsdp_plugin)."
+            )
+        self.fsdp_mode = f"TransformerEngine {version} modules sharded, high-precision weights all-gathered"
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
         """Optimizers built on the model before `prepare` now step the TE modules' Parameters."""

@@ -10,7 +10,10 @@ updates) keep their own dtype. So mixed precision keeps fp32 master weights, as 
 | bf16 | bf16 | fp32 | fp32 (autocast still runs around the model) |
 | fp16 | fp16 | fp32 | fp32, with accel's loss scaler (torch's GradScaler agrees on inf/NaN across shards) |
 | 16-true, bf16-true, 64-true | - | - | already in that dtype (cast before sharding) |
-| fp8 | refused: FP8 under FSDP2 is not wired yet |
+
+FP8 shards as its base precision says (FP8RecipeKwargs.base_precision: bf16 by default, fp32 as `no`):
+the backend's `fsdp_precision` names it, and the backend's `configure_fsdp` decides what of FP8 runs
+sharded (the FP8 GEMMs; torchao's FP8 all-gather; O1/O2 storage refused) or refuses.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ _TRUE = ("no", "16-true", "bf16-true", "64-true")
 
 
 def mixed_precision_policy(precision_name: str, given: MixedPrecisionPolicy | None) -> MixedPrecisionPolicy:
-    """The policy to shard with for the canonical `precision_name`; `given` (the plugin's) wins.
+    """The policy to shard with for the canonical `precision_name` (a backend's `fsdp_precision`);
+    `given` (the plugin's) wins.
 
-    Raises ValueError for a precision FSDP2 cannot run here (FP8), naming what to do.
+    Raises ValueError for a name this table does not know (an FP8 backend answers with its base).
     """
     if precision_name in _MIXED:
         derived = MixedPrecisionPolicy(param_dtype=_MIXED[precision_name], reduce_dtype=torch.float32)
@@ -33,8 +37,7 @@ def mixed_precision_policy(precision_name: str, given: MixedPrecisionPolicy | No
         derived = MixedPrecisionPolicy()
     else:
         raise ValueError(
-            f"FSDP with mixed_precision={precision_name!r} is not supported yet: the FP8 backends' layers and "
-            "scaling state are not sharded by fully_shard in accel. Train with mixed_precision='bf16' under FSDP, "
-            "or with FP8 under DDP (leave out the fsdp_plugin / distributed_type: FSDP)."
+            f"FSDP has no MixedPrecisionPolicy for precision {precision_name!r}; it knows "
+            f"{', '.join(map(repr, (*_MIXED, *_TRUE)))} (an FP8 backend shards as its base precision)."
         )
     return derived if given is None else given

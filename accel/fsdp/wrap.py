@@ -35,7 +35,7 @@ def shard_model(
 
     With one process there is nothing to shard: the model trains unsharded (activation
     checkpointing still applies) and a warning says so. Raises ValueError for a wrap class name
-    that matches no module and for a precision that FSDP2 cannot run (FP8).
+    that matches no module. `precision_name` is the backend's `fsdp_precision` (FP8: its base).
     """
     policy = mixed_precision_policy(precision_name, plugin.mixed_precision_policy)
     units = modules_to_shard(model, plugin)
@@ -58,10 +58,33 @@ def shard_model(
         mp_policy=policy,
         offload_policy=plugin.offload_policy or OffloadPolicy(),
     )
+    attributes = parameter_attributes(model)
     for unit in units:
         fully_shard(unit, **options)
     fully_shard(model, **options)
+    restore_parameter_attributes(model, attributes)
     return model
+
+
+def parameter_attributes(model: nn.Module) -> dict[str, dict[str, object]]:
+    """The public, non-tensor Python attributes that libraries set on parameters (TransformerEngine's
+    `sequence_parallel`, ...), by parameter name. fully_shard replaces every parameter by a new DTensor
+    one that lacks them (torch issue 136929). Private and tensor-valued attributes stay behind: they
+    belong to the unsharded tensor (torchao's `_tensor`, ...) and would keep it alive."""
+    kept = {}
+    for name, parameter in model.named_parameters():
+        public = {key: value for key, value in vars(parameter).items()
+                  if not key.startswith("_") and not isinstance(value, torch.Tensor)}
+        if public:
+            kept[name] = public
+    return kept
+
+
+def restore_parameter_attributes(model: nn.Module, attributes: dict[str, dict[str, object]]) -> None:
+    """Put back on the sharded parameters what `parameter_attributes` took from the unsharded ones."""
+    for name, parameter in model.named_parameters():
+        for key, value in attributes.get(name, {}).items():
+            setattr(parameter, key, value)
 
 
 def modules_to_shard(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> list[nn.Module]:

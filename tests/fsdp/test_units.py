@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from accel import Accelerator, FP8RecipeKwargs
 from accel.accelerator.state import ProcessState
 from accel.fsdp import (
     FullyShardedDataParallelPlugin as Plugin,
@@ -79,12 +80,17 @@ def test_the_mixed_precision_policy_follows_the_precision(precision: str, param_
     assert policy.reduce_dtype == (torch.float32 if param_dtype is not None else None)
 
 
-def test_a_given_policy_wins_and_fp8_is_refused_with_the_reason() -> None:
+def test_a_given_policy_wins_and_fp8_shards_as_its_base_precision() -> None:
     given = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
     assert mixed_precision_policy("bf16", given) is given
-    for name in ("fp8", "bf16_with_fp8_mixed"):
-        with pytest.raises(ValueError, match="FSDP with mixed_precision=.*not supported yet.*under DDP"):
-            mixed_precision_policy(name, None)
+    with pytest.raises(ValueError, match="no MixedPrecisionPolicy for precision 'fp8'.*shards as its base"):
+        mixed_precision_policy("fp8", None)  # an FP8 backend names its base (fsdp_precision), never 'fp8'
+    bases = {"bf16": "bf16", "fp16": "fp16", "fp32": "no", "bf16-true": "bf16-true", "16-true": "16-true"}
+    for base, name in bases.items():
+        recipe = FP8RecipeKwargs(backend="native", base_precision=base)
+        backend = Accelerator(cpu=True, mixed_precision="fp8", kwarg_handlers=[recipe]).precision
+        assert backend.fsdp_precision == name
+        mixed_precision_policy(backend.fsdp_precision, None)
 
 
 def test_one_process_warns_that_nothing_is_sharded_and_still_checkpoints_activations(
