@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from accel._version import __version__
-from accel.cli import config_command, env, launch, selftest
+from accel.cli import bench, config_command, env, launch, selftest
 from accel.cli.errors import CANCELLED, CliError
 from accel.cli.suggest import SuggestingParser, unknown_flags_error
 
@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser, with one subparser per command (each a SuggestingParser: typos get "did you mean")."""
     parser = SuggestingParser(prog="accel", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accel {__version__}")
-    subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test}")
-    for command in (config_command, launch, env, selftest):
+    subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test,bench}")
+    for command in (config_command, launch, env, selftest, bench):
         command.add_parser(subparsers)
     return parser
 

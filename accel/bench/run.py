@@ -1,0 +1,127 @@
+"""Training one bench case: a fresh copy of the model through an Accelerator, timed step by step."""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from accel.bench.cases import Case, build_accelerator, one_line
+from accel.cli.capabilities import BACKEND_REFUSALS
+from accel.bench.memory import PeakMemory, state_bytes
+from accel.bench.workload import Workload
+
+
+@dataclass
+class Row:
+    """One row of the bench table. Times in milliseconds/seconds; None where the case did not run."""
+
+    case: str
+    mode: str
+    status: str = "skipped"
+    """"ran", "skipped" (cannot run here: `note` says why) or "failed" (raised while training)."""
+    ran: str = ""
+    """What the Accelerator ran: `accelerator.precision.describe()`, so a downgrade would show."""
+    step_ms: float | None = None
+    """Median step time over the timed steps (after the warm-up)."""
+    cpu_ms: float | None = None
+    """Median CPU time of this process per timed step (all its threads): steadier than `step_ms` on a
+    CPU shared with other work, where a step waits for cores."""
+    tokens_per_s: float | None = None
+    first_step_s: float | None = None
+    """The first step alone (compilation included in compiled mode)."""
+    peak_mib: float | None = None
+    bytes_per_param: float | None = None
+    """Weights, buffers and optimizer state, per parameter of the model as given."""
+    loss: float | None = None
+    """Training loss of the last step."""
+    losses: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+Progress = Callable[[], None]
+"""Called after each training step (advances the progress bar)."""
+
+ADAM_EPS = 1e-6
+"""AdamW's eps in every case: torch's default 1e-8 rounds to 0 in fp16, which 16-true refuses."""
+
+
+def run_case(work: Workload, case: Case, mode: str, warmup: int, lr: float, progress: Progress) -> Row:
+    """Train a copy of `work.model` for `len(work.batches)` steps in `case` and `mode`.
+
+    Never raises for one case: one the Accelerator refuses (at construction or at prepare) is
+    "skipped" with its reason, one that raises while training is "failed" with the error.
+    """
+    row = Row(case.name, mode)
+    notes: list[str] = []
+    accelerator, refusal = build_accelerator(case, mode, notes)
+    if accelerator is None:
+        row.note = refusal or ""
+        return row
+    try:
+        _measure(work, accelerator, row, warmup, lr, progress)
+    except Exception as error:  # noqa: BLE001: one case failing must not end the others
+        row.status, notes = "failed", [one_line(f"{type(error).__name__}: {error}")]
+    finally:
+        accelerator.free_memory()
+        accelerator.end_training()
+    if row.status != "ran":
+        row.losses.clear()
+    row.note = "; ".join([*notes, row.note] if row.note else notes)
+    return row
+
+
+def _measure(work: Workload, accelerator: Any, row: Row, warmup: int, lr: float, progress: Progress) -> None:
+    """Prepare a fresh copy of the model and train it; fills `row` (status "skipped" if prepare refuses)."""
+    memory = PeakMemory(accelerator.device)
+    memory.start()
+    model = copy.deepcopy(work.model)
+    parameters = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, eps=ADAM_EPS)
+    try:
+        model, optimizer = accelerator.prepare(model, optimizer)
+    except BACKEND_REFUSALS as error:
+        row.note = one_line(str(error))
+        return
+    row.ran = accelerator.precision.describe()
+    times, cpu_times = _train(work, accelerator, model, optimizer, row.losses, progress)
+    row.status = "ran"
+    _fill(row, times, warmup, work.tokens_per_step, memory.stop())
+    row.cpu_ms = statistics.median(cpu_times[warmup:] or cpu_times[-1:]) * 1e3
+    row.bytes_per_param = state_bytes(model, optimizer.optimizer) / max(parameters, 1)
+
+
+def _train(
+    work: Workload, accelerator: Any, model: Any, optimizer: Any, losses: list[float], progress: Progress
+) -> tuple[list[float], list[float]]:
+    """The training loop a user writes; each step's wall-clock and process CPU time in seconds. The
+    losses are appended to `losses`."""
+    device = accelerator.device
+    batches = [(x.to(device), y.to(device)) for x, y in work.batches]
+    loss_fn, times, cpu_times = work.loss_fn, [], []
+    for inputs, targets in batches:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        loss = loss_fn(model(inputs), targets)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # waits for the device: the step is complete
+        times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
+        progress()
+    return times, cpu_times
+
+
+def _fill(row: Row, times: list[float], warmup: int, tokens: int, peak: int | None) -> None:
+    """Step time (median after the warm-up), throughput, first step, peak memory and final loss."""
+    timed = times[warmup:] or times[-1:]
+    row.step_ms = statistics.median(timed) * 1e3
+    row.tokens_per_s = tokens / (row.step_ms / 1e3)
+    row.first_step_s = times[0]
+    row.peak_mib = None if peak is None else peak / 2**20
+    row.loss = row.losses[-1]

@@ -1,0 +1,166 @@
+"""`accel bench`: train a model for a few steps in every precision that can run here, and compare.
+
+The model is the example GPT (accel.bench.gpt), or the user's through `--model file.py:function`
+(see accel/bench/workload.py for the contract). Each case is a fresh copy of the same model
+trained on the same batches through an Accelerator, eager and compiled; a case that cannot run
+here is a skipped row with the Accelerator's reason, never an error that ends the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from pathlib import Path
+from typing import Any
+
+from accel.cli.errors import CliError, say
+
+COMMAND = "accel bench"
+DEFAULT_STEPS = 12
+DEFAULT_WARMUP = 2
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_TOLERANCE = 0.02
+DEFAULT_OUTPUT_DIR = "accel_bench"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `accel bench` and its flags."""
+    from accel.bench.cases import CASE_NAMES
+
+    parser = subparsers.add_parser(
+        "bench", help="compare the precisions that can run here on a model (speed, memory, loss)",
+        description="Train a model (the example GPT, or yours with --model) for a few steps in every precision and "
+        "FP8 backend that can run here, eager and compiled, and print step time, tokens/s, peak memory, bytes "
+        "per parameter and loss; write a CSV and a PNG chart and recommend the fastest choice whose loss stays "
+        "close to fp32's.",
+    )
+    parser.add_argument("--precisions", metavar="LIST", default=",".join(CASE_NAMES),
+                        help=f"comma-separated cases (default: all): {', '.join(CASE_NAMES)}")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps per case (default {DEFAULT_STEPS})")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                        help=f"first steps left out of the step time (default {DEFAULT_WARMUP})")
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"batch size of the example GPT (default {DEFAULT_BATCH_SIZE}; a --model hook makes its own)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the batches (default 0)")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help=f"largest relative gap to fp32's final loss for the recommendation (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--model", metavar="FILE.py:FUNCTION",
+                        help="your model: a function returning (model, batch_fn) or (model, batch_fn, loss_fn)")
+    parser.add_argument("--no_compile", "--no-compile", action="store_true", help="eager rows only (no torch.compile)")
+    parser.add_argument("--output_dir", "--output-dir", metavar="DIR", default=DEFAULT_OUTPUT_DIR,
+                        help=f"where bench.csv and bench.png go (default ./{DEFAULT_OUTPUT_DIR})")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run, command=COMMAND)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every case, print the table and the recommendation, write the CSV and the chart."""
+    from accel.bench.cases import MODES, REFERENCE, select_cases
+    from accel.bench.workload import HookError, gpt_workload, hook_workload
+
+    _check_numbers(args)
+    try:
+        cases = select_cases(_reference_first([*args.precisions.split(",")], REFERENCE))
+        work = (hook_workload(args.model, args.steps, args.seed) if args.model
+                else gpt_workload(args.steps, args.batch_size, args.seed))
+    except (HookError, ValueError) as error:
+        raise CliError(str(error), command=COMMAND) from None
+    modes = MODES[:1] if args.no_compile else MODES
+    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes, {args.steps} steps each")
+    rows = _run_all(work, cases, modes, args)
+    return _report(rows, work.name, args)
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse numbers that cannot make a measurement, naming the flag."""
+    if args.steps < 1:
+        raise CliError(f"--steps {args.steps}: give at least 1 step.", command=COMMAND)
+    if not 0 <= args.warmup < args.steps:
+        raise CliError(f"--warmup {args.warmup}: give 0 up to --steps - 1 ({args.steps - 1}), so that a step is "
+                       "left to time.", command=COMMAND)
+    if args.batch_size < 1:
+        raise CliError(f"--batch_size {args.batch_size}: give at least 1.", command=COMMAND)
+    if not args.tolerance >= 0:
+        raise CliError(f"--tolerance {args.tolerance}: give a relative gap >= 0 (0.02 is 2%).", command=COMMAND)
+
+
+def _reference_first(names: list[str], reference: str) -> list[str]:
+    """The names asked, with the fp32 reference added: the recommendation compares losses with it."""
+    names = [name.strip() for name in names if name.strip()]
+    return names if reference in (name.lower() for name in names) else [reference, *names]
+
+
+def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
+    """Every (case, mode) in turn, with a progress bar over all their steps."""
+    from accel.bench.run import run_case
+
+    from dataclasses import replace
+
+    # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
+    # otherwise be charged to the first case's memory and time.
+    run_case(replace(work, batches=work.batches[:1]), cases[0], "eager", 0, args.lr, lambda: None)
+    bar = _progress_bar(len(cases) * len(modes) * args.steps, args.no_progress)
+    rows = []
+    for mode in modes:
+        for case in cases:
+            bar.set_description(f"{case.name} {mode}")
+            done_before = bar.n
+            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1)))
+            bar.update(args.steps - (bar.n - done_before))  # a skipped or failed case moves the bar on
+    bar.close()
+    return rows
+
+
+def _report(rows: list[Any], workload: str, args: argparse.Namespace) -> int:
+    """Print the table and the recommendation; write bench.csv and bench.png into --output_dir."""
+    from accel.bench.report import format_table, recommend, write_chart, write_csv
+
+    print(f"{workload}, {args.steps} steps per case (step time: median after {args.warmup} warm-up steps)")
+    print(_machine())
+    print(format_table(rows))
+    print(recommend(rows, args.tolerance).text())
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "bench.csv")
+    missing = write_chart(rows, out / "bench.png", workload)
+    print(f"Wrote {out / 'bench.csv'}" + (f"; {missing}." if missing else f" and {out / 'bench.png'}."))
+    return 0 if any(row.status == "ran" for row in rows) else 1
+
+
+def _machine() -> str:
+    import torch
+
+    from accel.cli import capabilities
+
+    device = capabilities.training_device()
+    where = capabilities.cpu_model() if device.type == "cpu" else capabilities.gpu_descriptions()[0]
+    return f"on {device} ({where}), {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+class _Silent:
+    """A stand-in for tqdm's bar when there is none to show: it only counts."""
+
+    def __init__(self, total: int, announce: bool) -> None:
+        self.n, self.total, self._announce = 0, total, announce
+
+    def set_description(self, text: str) -> None:
+        if self._announce:
+            say(COMMAND, f"{text} ({self.n}/{self.total} steps done)")
+
+    def update(self, count: int) -> None:
+        self.n += count
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, disabled: bool) -> Any:
+    """tqdm's bar on stderr where tqdm is installed; else one status line per case (none if disabled)."""
+    if disabled:
+        return _Silent(total, announce=False)
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Silent(total, announce=True)
+    return tqdm(total=total, unit="step", leave=False, dynamic_ncols=True)

@@ -1,0 +1,109 @@
+"""accel.bench's parts on their own: case selection, the hook's checks, the default workload, the
+recommendation and the CSV."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from accel.bench.cases import CASE_NAMES, build_accelerator, select_cases
+from accel.bench.report import recommend, write_csv
+from accel.bench.run import Row
+from accel.bench.workload import HookError, check_batch, check_hook_result, gpt_workload, load_hook
+
+
+def test_select_cases_keeps_table_order_and_refuses_unknown_names_with_closest_match() -> None:
+    assert [c.name for c in select_cases(["bf16", "FP32"])] == ["fp32", "bf16"]
+    with pytest.raises(ValueError, match=r"--precisions='bf17' is not accepted.*Did you mean 'bf16'\?"):
+        select_cases(["bf17"])
+
+
+def test_every_case_builds_an_accelerator_or_says_why_not() -> None:
+    """A case the Accelerator refuses comes back with the refusal, never an exception."""
+    for case in select_cases(list(CASE_NAMES)):
+        notes: list[str] = []
+        accelerator, reason = build_accelerator(case, "eager", notes)
+        assert (accelerator is None) != (reason is None), case.name
+        if accelerator is not None:
+            assert accelerator.mixed_precision == case.mixed_precision
+            accelerator.end_training()
+        else:
+            assert "cannot run here" in reason, (case.name, reason)
+
+
+def test_gpt_workload_gives_fixed_batches_of_token_windows() -> None:
+    work = gpt_workload(steps=3, batch_size=2, seed=0)
+    again = gpt_workload(steps=3, batch_size=2, seed=0)
+    assert len(work.batches) == 3
+    inputs, targets = work.batches[0]
+    assert inputs.shape == targets.shape == (2, 64) and inputs.dtype == torch.long
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])  # next-token targets
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(work.batches, again.batches, strict=True))
+    assert work.tokens_per_step == 2 * 64
+    assert torch.equal(next(work.model.parameters()), next(again.model.parameters()))
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [
+        (nn.Linear(2, 2), r"returned a Linear module; it must return \(model, batch_fn\)"),
+        ((nn.Linear(2, 2),), r"returned a tuple of 1 \(a Linear module\)"),
+        ((lambda s: s, nn.Linear(2, 2)), r"returned \(a function '<lambda>', a Linear module\)"),
+        ((nn.Linear(2, 2), lambda s: s, "mse"), r"returned \(a Linear module, a function '<lambda>', a str\)"),
+        (None, "returned None"),
+    ],
+)
+def test_a_hook_returning_the_wrong_thing_is_named_in_one_line(returned: object, expected: str) -> None:
+    with pytest.raises(HookError, match=expected) as caught:
+        check_hook_result("m.py:make", returned)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_batch_that_is_not_two_tensors_is_named() -> None:
+    with pytest.raises(HookError, match=r"batch_fn\(0\) returned a tensor of shape \(2, 3\); it must return"):
+        check_batch("m.py:make", 0, torch.zeros(2, 3))
+
+
+def test_load_hook_names_a_missing_file_or_function(tmp_path: Path) -> None:
+    with pytest.raises(HookError, match="give the hook as path/to/file.py:function"):
+        load_hook("model.py")
+    with pytest.raises(HookError, match="no file"):
+        load_hook(str(tmp_path / "absent.py") + ":make")
+    (tmp_path / "m.py").write_text("make = 3\n")
+    with pytest.raises(HookError, match="defines an int named 'make', not a function"):
+        load_hook(f"{tmp_path / 'm.py'}:make")
+
+
+def _row(case: str, mode: str, step_ms: float, loss: float, status: str = "ran") -> Row:
+    return Row(case, mode, status=status, ran=case, step_ms=step_ms, loss=loss, losses=[loss])
+
+
+def test_recommend_the_fastest_row_within_the_tolerance_of_fp32() -> None:
+    rows = [
+        _row("fp32", "eager", 10.0, 2.00),
+        _row("bf16", "eager", 8.0, 2.03),  # 1.5% off: within 2%
+        _row("fp8-native-O2", "eager", 5.0, 2.10),  # fastest, but 5% off
+        _row("16-true", "eager", 1.0, math.nan),  # diverged
+        Row("fp8-te", "eager", note="cannot run here"),
+    ]
+    chosen = recommend(rows, tolerance=0.02)
+    assert chosen.row is not None and chosen.row.case == "bf16"
+    assert "1.25x the speed of fp32 eager" in chosen.text()
+    assert recommend(rows, tolerance=0.10).row.case == "fp8-native-O2"
+    assert recommend(rows[1:], tolerance=0.5).row is None  # no fp32 row to compare with
+    assert "did not run" in recommend(rows[1:], tolerance=0.5).text()
+
+
+def test_csv_has_a_line_per_row_with_every_loss(tmp_path: Path) -> None:
+    rows = [_row("fp32", "eager", 10.0, 2.0), Row("fp8-te", "eager", note="cannot run here")]
+    rows[0].losses = [3.0, 2.5, 2.0]
+    write_csv(rows, tmp_path / "bench.csv")
+    lines = list(csv.DictReader((tmp_path / "bench.csv").open()))
+    assert [line["case"] for line in lines] == ["fp32", "fp8-te"]
+    assert lines[0]["losses"] == "3 2.5 2" and lines[0]["status"] == "ran"
+    assert lines[1]["status"] == "skipped" and lines[1]["note"] == "cannot run here" and lines[1]["step_ms"] == ""
