@@ -64,13 +64,15 @@ def loss_gap(row: Row, reference: Row) -> float:
 def format_table(rows: Sequence[Row]) -> str:
     """The table, then one numbered line per note (why skipped or failed, slowness warnings)."""
     reference = reference_row(rows)
-    headers = ["precision", "mode", "what ran", "step ms", "tokens/s", "vs fp32", "peak MiB", "B/param", "loss", ""]
-    cells, notes = [], []
+    headers = ["precision", "mode", "what ran", "step ms", "tokens/s", "vs fp32", "peak MiB", "B/param", "loss", "status"]
+    cells: list[list[str]] = []
+    notes: list[str] = []
     for row in rows:
         mark = ""
         if row.note:
-            notes.append(row.note)
-            mark = f"[{len(notes)}]"
+            if row.note not in notes:
+                notes.append(row.note)
+            mark = f"[{notes.index(row.note) + 1}]"
         cells.append(_cells(row, reference) + [f"{'' if row.status == 'ran' else row.status + ' '}{mark}"])
     lines = _aligned([headers, *cells])
     lines += [f"[{index}] {note}" for index, note in enumerate(notes, 1)]
@@ -110,6 +112,17 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
             writer.writerow({k: "" if v is None else v for k, v in values.items()})
 
 
+def _loss_range(rows: Sequence[Row]) -> tuple[float, float]:
+    """The loss axis: the reference's losses with a margin, so that one diverging run does not flatten the rest."""
+    reference = reference_row(rows)
+    finite = [x for x in (reference.losses if reference else []) if math.isfinite(x)]
+    if not finite:
+        finite = [x for row in rows for x in row.losses if math.isfinite(x)] or [0.0, 1.0]
+    low, high = min(finite), max(finite)
+    margin = 0.25 * (high - low) or 0.5
+    return low - margin, high + margin
+
+
 def write_chart(rows: Sequence[Row], path: Path, title: str) -> str | None:
     """A PNG: tokens/s per row that ran, and each row's loss curve. Returns why not, if matplotlib is missing."""
     try:
@@ -125,8 +138,11 @@ def write_chart(rows: Sequence[Row], path: Path, title: str) -> str | None:
     speed.barh(labels, [r.tokens_per_s or 0.0 for r in ran], color=["C0" if r.mode == "eager" else "C1" for r in ran])
     speed.invert_yaxis()
     speed.set_xlabel("tokens/s (higher is faster)")
+    low, high = _loss_range(rows)
     for label, row in zip(labels, ran, strict=True):
-        losses.plot(range(1, len(row.losses) + 1), row.losses, label=label)
+        off = not all(low <= loss <= high for loss in row.losses)  # NaN too
+        losses.plot(range(1, len(row.losses) + 1), row.losses, label=label + (" (leaves the chart)" if off else ""))
+    losses.set_ylim(low, high)
     losses.set_xlabel("step")
     losses.set_ylabel("training loss")
     losses.legend(fontsize="small")

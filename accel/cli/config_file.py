@@ -40,6 +40,7 @@ _TOP_LEVEL = {setting.yaml_key: setting for setting in (*TOP_LEVEL_SETTINGS, USE
 _SECTIONS: dict[str, tuple[str, dict[str, Setting]]] = {
     FSDP_SECTION: ("FSDP options (Accelerate's fsdp_* keys)", FSDP_SETTINGS_BY_KEY),
     BNB_SECTION: ("BitsandbytesKwargs fields", BNB_SETTINGS_BY_KEY),
+    DYNAMO_SECTION: ("torch.compile settings (Accelerate's dynamo_* keys)", DYNAMO_SETTINGS_BY_KEY),
 }
 """Mappings of config.yaml read key by key through their settings: what each holds, and its settings by key."""
 
@@ -116,15 +117,12 @@ def _check_mapping(data: Mapping[Any, Any], path: Path) -> dict[str, Any]:
         if key == FP8_SECTION:
             values.update(_check_recipe(value, path))
             continue
-        if key == DYNAMO_SECTION:
-            values.update(_check_dynamo(value, path))
-            continue
         if key in _SECTIONS:
             values.update(_check_section(key, value, path))
             continue
         setting = _TOP_LEVEL.get(key) if isinstance(key, str) else None
         if setting is None:
-            raise _unknown_key(path, key, [*_TOP_LEVEL, FP8_SECTION, DYNAMO_SECTION, *_SECTIONS])
+            raise _unknown_key(path, key, [*_TOP_LEVEL, FP8_SECTION, *_SECTIONS])
         _store(values, setting, value, path)
     return values
 
@@ -146,23 +144,8 @@ def _check_recipe(section: Any, path: Path) -> dict[str, Any]:
     return values
 
 
-def _check_dynamo(section: Any, path: Path) -> dict[str, Any]:
-    """The dynamo_config mapping (Accelerate's keys dynamo_backend, dynamo_mode, ...), checked."""
-    if section is None:
-        return {}
-    if not isinstance(section, dict):
-        raise CliError(f"{path}: {DYNAMO_SECTION} must be a mapping of torch.compile settings, not {section!r}")
-    values: dict[str, Any] = {}
-    for key, value in section.items():
-        setting = DYNAMO_SETTINGS_BY_KEY.get(key) if isinstance(key, str) else None
-        if setting is None:
-            raise _unknown_key(path, key, list(DYNAMO_SETTINGS_BY_KEY), DYNAMO_SECTION + ".")
-        _store(values, setting, value, path)
-    return values
-
-
 def _check_section(name: str, section: Any, path: Path) -> dict[str, Any]:
-    """The settings of one mapping in _SECTIONS (fsdp_config, bnb_config), each key checked by its setting."""
+    """The settings of one mapping in _SECTIONS (fsdp_config, bnb_config, dynamo_config), each key checked by its setting."""
     what, settings = _SECTIONS[name]
     if section is None:
         return {}
@@ -200,12 +183,10 @@ def to_yaml_data(values: Mapping[str, Any]) -> dict[str, Any]:
     recipe = {s.yaml_key: _plain(values[s.name]) for s in FP8_SETTINGS if s.name in values}
     if recipe:
         data[FP8_SECTION] = recipe
-    dynamo = {s.yaml_key: values[s.name] for s in DYNAMO_SETTINGS if values.get(s.name) is not None}
-    if dynamo:
-        data[DYNAMO_SECTION] = dynamo
     if values.get(USE_FSDP.name) is not None:
         data[USE_FSDP.yaml_key] = values[USE_FSDP.name]
-    for section, settings in ((FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS)):
+    sections = ((DYNAMO_SECTION, DYNAMO_SETTINGS), (FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS))
+    for section, settings in sections:
         mapping = {s.yaml_key: _plain(values[s.name]) for s in settings if values.get(s.name) is not None}
         if mapping:
             data[section] = mapping

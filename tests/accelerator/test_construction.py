@@ -115,7 +115,7 @@ def test_fp8_recipe_from_the_environment_is_used_only_as_a_fallback(monkeypatch:
 
 def test_fp8_recipe_in_code_wins_over_the_environment_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_FP8_MARGIN", "2")
-    with pytest.warns(UserWarning, match="overrides the recipe from ACCEL_FP8_"):
+    with pytest.warns(UserWarning, match="overrides the one from ACCEL_FP8_"):
         accelerator = Accelerator(mixed_precision="fp8", kwarg_handlers=[FP8RecipeKwargs(margin=1)])
     assert accelerator.handlers.get(FP8RecipeKwargs).margin == 1
 
