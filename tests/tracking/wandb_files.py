@@ -51,8 +51,10 @@ def read_run(path: Path) -> dict[str, Any]:
         record = pb.Record()
         record.ParseFromString(payload)
         kind = record.WhichOneof("record_type")
-        if kind == "config":
-            run["config"].update({_key(item): json.loads(item.value_json) for item in record.config.update})
+        if kind in ("run", "config"):  # a config given soon after init can ride in the run record itself
+            config = record.run.config if kind == "run" else record.config
+            run["config"].update({_key(item): json.loads(item.value_json) for item in config.update
+                                  if not _key(item).startswith("_")})
         elif kind == "history":
             run["history"].append({_key(item): json.loads(item.value_json) for item in record.history.item})
         elif kind == "summary":
