@@ -5,8 +5,8 @@ Backward: dX = g_q @ w_q                    (g in E5M2 under HYBRID, E4M3 under 
           dW = g_q.T @ x_q                  (float32 into the FP8 gradient under O1/O2)
           db = sum(g)                       (high precision)
 
-The GEMM operands made in forward (gemm.operand: FP8 off the CPU, their exact upcast on it)
-are saved for backward, so nothing is quantized or upcast twice.
+The GEMM operands made in forward (TensorScaler.quantize_operand: FP8 off the CPU, the FP8
+values in bf16/fp32 on it) are saved for backward, so nothing is quantized or upcast twice.
 
 ``transposed``: the weight Parameter is stored (in, out), as transformers' Conv1D stores it.
 The cast to FP8 writes it row-major as (out, in), so the GEMMs are those of a Linear, and
@@ -38,14 +38,14 @@ def linear_forward(
 ) -> tuple[torch.Tensor, Saved]:
     """y = x_q @ w_q.T (+ bias) in ``out_dtype``, and what backward needs (see Float8LinearFunction)."""
     input_scaler, weight_scaler, _ = scalers
-    x_q, x_inv = input_scaler.quantize(x)
+    x_op, x_inv = input_scaler.quantize_operand(x)
     weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
     w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
     if fp8_weight is None:
-        w_q, w_inv = weight_scaler.quantize(w, weight_scale_inv)
-    else:
+        w_op, w_inv = weight_scaler.quantize_operand(w, weight_scale_inv)
+    else:  # kept in FP8 between steps
         w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
-    x_op, w_op = operand(x_q), operand(w_q)
+        w_op = operand(w_q)
     y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
     if bias is not None:
         y.add_(bias if compact is None or compact.bias is None else compact.bias.storage.value(y.dtype))
@@ -63,8 +63,7 @@ def linear_backward(
     x_dtype, weight_dtype, bias_dtype = dtypes
     grad_x = grad_w = None
     if need_x or need_w:
-        g_q, g_inv = grad_scaler.quantize(grad_y)
-        g_op = operand(g_q)
+        g_op, g_inv = grad_scaler.quantize_operand(grad_y)
         if need_x:
             grad_x = gemm(g_op, as_mat2(w_op), g_inv, w_inv, x_dtype)
         # dW in the Parameter's layout: g.T @ x (out, in), or x.T @ g (in, out) for a transposed weight

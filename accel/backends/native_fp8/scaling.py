@@ -35,8 +35,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from accel.backends.native_fp8 import distributed
+from accel.backends.native_fp8 import cpu_quantize, distributed
+from accel.backends.native_fp8.cpu_gemm import compute_dtype
 from accel.backends.native_fp8.formats import cast_to_fp8, choice_error, fp8_max
+from accel.backends.native_fp8.gemm import operand
 
 SCALING_MODES: tuple[str, ...] = ("delayed", "current")
 AMAX_COMPUTE_ALGOS: tuple[str, ...] = ("max", "most_recent")
@@ -179,16 +181,35 @@ class TensorScaler:
         the real values, and the cast folds the two scales into one multiply.
         """
         x = x.detach()  # the cast writes into a preallocated buffer, which autograd refuses
+        amax, scale, factor = self._observe(x, x_scale_inv)
+        q = cast_to_fp8(x, factor, self.dtype)
+        if self.count_stats:
+            self._count(x, q, amax * scale)
+        return q, scale.reciprocal()
+
+    def quantize_operand(
+        self, x: torch.Tensor, x_scale_inv: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`quantize`, returning the FP8 tensor as GEMM operand (gemm.operand), for a tensor
+        nothing keeps. On the CPU, unless this step counts statistics (they read the FP8 bytes),
+        the operand is made without the FP8 tensor (cpu_quantize.py): the same values, faster."""
+        if self.count_stats or not cpu_quantize.supports(x):
+            q, scale_inv = self.quantize(x, x_scale_inv)
+            return operand(q), scale_inv
+        x = x.detach()
+        _, scale, factor = self._observe(x, x_scale_inv)
+        return cpu_quantize.quantize_operand(x, factor, self.dtype, compute_dtype()), scale.reciprocal()
+
+    def _observe(
+        self, x: torch.Tensor, x_scale_inv: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Record x's amax; returns (amax, the quantization scale, the factor the cast multiplies by)."""
         amax = tensor_amax(x)
         if x_scale_inv is not None:
             amax = amax * x_scale_inv
         self.step_amax = torch.maximum(self.step_amax, amax)
         scale = self._scale_for(amax)
-        factor = scale if x_scale_inv is None else scale * x_scale_inv
-        q = cast_to_fp8(x, factor, self.dtype)
-        if self.count_stats:
-            self._count(x, q, amax * scale)
-        return q, scale.reciprocal()
+        return amax, scale, scale if x_scale_inv is None else scale * x_scale_inv
 
     def _scale_for(self, amax: torch.Tensor) -> torch.Tensor:
         """The quantization scale of this cast, given the tensor's own amax."""
