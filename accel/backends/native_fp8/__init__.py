@@ -19,7 +19,8 @@ from accel.backends.native_fp8.convert import (
 from accel.backends.native_fp8.conv1d import Float8Conv1D
 from accel.backends.native_fp8.formats import E4M3, E5M2, cast_to_fp8, format_dtypes, fp8_max
 from accel.backends.native_fp8.linear import Float8Config, Float8Linear
-from accel.backends.native_fp8.scaling import ScalerGroup, TensorScaler, compute_scale
+from accel.backends.native_fp8.scaler_group import ScalerGroup
+from accel.backends.native_fp8.scaling import TensorScaler, compute_scale
 
 __all__ = [
     "E4M3",

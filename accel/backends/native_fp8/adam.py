@@ -41,7 +41,7 @@ import torch
 from accel.backends.native_fp8.compact import CompactParameter
 from accel.backends.native_fp8.formats import E4M3, fp8_max
 from accel.backends.native_fp8.rounding import fp8_to_float, half_to_float, pow2_scale, round_to_fp8, round_to_half
-from accel.backends.native_fp8.scaling import _raw_scale, tensor_amax
+from accel.backends.native_fp8.scaling import raw_scale, tensor_amax
 
 MOMENT_DTYPE: torch.dtype = E4M3
 STATE_KEYS: tuple[str, ...] = (
@@ -140,7 +140,7 @@ def _store_ratio(
     ratio = torch.where(rms > 0, exp_avg.div_(rms), 0.0)
     amax = tensor_amax(ratio)
     limit = fp8_max(MOMENT_DTYPE)
-    scale = _raw_scale(amax, amax.new_full((), limit))
+    scale = raw_scale(amax, amax.new_full((), limit))
     return scale.reciprocal(), round_to_fp8(ratio.mul_(scale), MOMENT_DTYPE, limit, generator)
 
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from accel.backends.conversion import ConversionReport, LayerDecision, is_conv1d, plan_conversion, replace_layers
 from accel.backends.native_fp8.linear import Float8Linear
-from accel.backends.native_fp8.scaling import ScalerGroup
+from accel.backends.native_fp8.scaler_group import ScalerGroup
 
 __all__ = ["ConversionReport", "LayerDecision"]
 

@@ -23,7 +23,7 @@ import torch
 
 from accel.backends.native_fp8.formats import E4M3, cast_to_fp8, fp8_max
 from accel.backends.native_fp8.rounding import fp8_to_float
-from accel.backends.native_fp8.scaling import _raw_scale, tensor_amax
+from accel.backends.native_fp8.scaling import raw_scale, tensor_amax
 
 GRADIENT_DTYPE: torch.dtype = E4M3
 """FP8 format of stored weight gradients: per-tensor current scaling makes range a non-issue,
@@ -52,7 +52,7 @@ class FP8Gradient:
         if self.data is not None:
             grad = grad.add_(self.dequantize())
         amax = tensor_amax(grad)
-        scale = _raw_scale(amax, self._numerator)
+        scale = raw_scale(amax, self._numerator)
         self.data = cast_to_fp8(grad, scale, self.dtype)
         finite = torch.isfinite(amax)
         self.scale_inv = torch.where(finite, scale.reciprocal(), torch.full_like(scale, torch.nan))

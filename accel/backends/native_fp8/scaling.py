@@ -26,16 +26,17 @@ steps useful:
 All scale and amax arithmetic stays in tensors: no ``.item()``, no device sync.
 The state tensors are never modified in place (every update binds new ones), so
 a tensor returned earlier, such as a saved ``scale_inv`` or a ``state_dict()``,
-stays a snapshot.
+stays a snapshot. The once-per-step work over all of a model's scalers (one all-reduce, the
+updates stacked) is accel/backends/native_fp8/scaler_group.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import torch
 
-from accel.backends.native_fp8 import cpu_quantize, distributed
+from accel.backends.native_fp8 import cpu_quantize
 from accel.backends.native_fp8.cpu_gemm import compute_dtype
 from accel.backends.native_fp8.formats import cast_to_fp8, choice_error, fp8_max
 from accel.backends.native_fp8.gemm import operand
@@ -44,7 +45,8 @@ SCALING_MODES: tuple[str, ...] = ("delayed", "current")
 AMAX_COMPUTE_ALGOS: tuple[str, ...] = ("max", "most_recent")
 FP32_MAX: float = torch.finfo(torch.float32).max
 
-_STATE_KEYS: tuple[str, ...] = ("amax_history", "scale", "calibrated", "step_amax")
+STATE_KEYS: tuple[str, ...] = ("amax_history", "scale", "calibrated", "step_amax")
+"""What a scaler's checkpoint holds (state_dict / load_state_dict)."""
 
 
 def check_scaling_args(
@@ -85,12 +87,12 @@ def compute_scale(
     Keeps ``previous`` where amax is 0 or not finite; an infinite result (amax
     so small that the quotient overflows) becomes the float32 maximum.
     """
-    scale = _raw_scale(amax, amax.new_full((), fp8_max / 2.0**margin))
+    scale = raw_scale(amax, amax.new_full((), fp8_max / 2.0**margin))
     usable = torch.isfinite(amax) & (amax > 0)
     return torch.where(usable, scale, previous)
 
 
-def _raw_scale(amax: torch.Tensor, numerator: torch.Tensor) -> torch.Tensor:
+def raw_scale(amax: torch.Tensor, numerator: torch.Tensor) -> torch.Tensor:
     """``numerator / amax`` with inf (amax 0 or tiny) made the float32 maximum.
 
     ``numerator`` is fp8_max / 2**margin as a tensor: a power-of-two margin folded
@@ -219,7 +221,7 @@ class TensorScaler:
         # Delayed, history still empty: cast with the tensor's own amax. This scale is
         # not kept, so amax 0 or NaN needs no guard here (zeros cast to zeros whatever
         # the scale, and a NaN step is flagged and skipped).
-        own = _raw_scale(amax, self._numerator)
+        own = raw_scale(amax, self._numerator)
         return torch.where(self.calibrated, self.scale, own)
 
     def _count(self, x: torch.Tensor, q: torch.Tensor, scaled_amax: torch.Tensor) -> None:
@@ -277,14 +279,14 @@ class TensorScaler:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The state to checkpoint: tensors only (``torch.load(weights_only=True)`` reads it)."""
-        return {key: getattr(self, key) for key in _STATE_KEYS}
+        return {key: getattr(self, key) for key in STATE_KEYS}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned; raises ValueError on a mismatch."""
         keys = set(state)
-        if keys != set(_STATE_KEYS):
+        if keys != set(STATE_KEYS):
             raise ValueError(
-                f"scaler state has keys {sorted(keys)}; expected exactly {sorted(_STATE_KEYS)}"
+                f"scaler state has keys {sorted(keys)}; expected exactly {sorted(STATE_KEYS)}"
             )
         history = state["amax_history"]
         if tuple(history.shape) != (self.amax_history_len,):
@@ -293,7 +295,7 @@ class TensorScaler:
                 f"amax_history_len={self.amax_history_len}, so the shape must be "
                 f"({self.amax_history_len},)"
             )
-        for key in _STATE_KEYS:
+        for key in STATE_KEYS:
             current = getattr(self, key)
             value = state[key]
             if value.shape != current.shape:
@@ -311,117 +313,7 @@ class TensorScaler:
         if self.device.type == "meta" and torch.device(device).type != "meta":
             self._init_state(self.amax_history_len, device)
             return self
-        for key in (*_STATE_KEYS, "_numerator", "_zero", "_zero_count", "step_saturated",
+        for key in (*STATE_KEYS, "_numerator", "_zero", "_zero_count", "step_saturated",
                     "step_flushed", "last_amax", "last_saturated", "last_flushed"):
             setattr(self, key, getattr(self, key).to(device))
         return self
-
-
-def _update_together(scalers: list[TensorScaler]) -> None:
-    """:meth:`TensorScaler.update` of scalers on one device with one history length, stacked."""
-    amax = torch.stack([s.step_amax for s in scalers])
-    finite = torch.isfinite(amax)
-    history = torch.stack([s.amax_history for s in scalers])
-    rolled = torch.cat((amax.unsqueeze(1), history[:, :-1]), dim=1)
-    history = torch.where(finite.unsqueeze(1), rolled, history)
-    by_max = torch.tensor([s.amax_compute_algo == "max" for s in scalers], device=amax.device)
-    history_amax = torch.where(by_max, history.amax(dim=1), history[:, 0])
-    previous = torch.stack([s.scale for s in scalers])
-    numerator = torch.stack([s._numerator for s in scalers])
-    usable = torch.isfinite(history_amax) & (history_amax > 0)
-    scale = torch.where(usable, _raw_scale(history_amax, numerator), previous)
-    delayed = torch.tensor([s.scaling == "delayed" for s in scalers], device=amax.device)
-    scale = torch.where(delayed, scale, previous)
-    calibrated = torch.stack([s.calibrated for s in scalers]) | (finite & (amax > 0))
-    # Each scaler gets tensors of its own (clones, not views of the stacks), as its update would.
-    for scaler, row, new_scale, flag in zip(scalers, history, scale, calibrated):
-        scaler.amax_history, scaler.scale, scaler.calibrated = row.clone(), new_scale.clone(), flag.clone()
-        scaler.last_amax = scaler.step_amax
-        scaler.step_amax = scaler._zero
-        if scaler.count_stats:
-            scaler.last_saturated, scaler.last_flushed = scaler.step_saturated, scaler.step_flushed
-            scaler.step_saturated = scaler.step_flushed = scaler._zero_count
-            scaler.has_counts = True
-
-
-class ScalerGroup:
-    """All the scalers of a model, by name, for the once-per-step work.
-
-    Build it once after conversion and call, once per optimizer step (after all
-    the step's gradient-accumulation micro-batches) and in this order:
-    :meth:`found_nonfinite` (skip the optimizer step if true), then :meth:`update`.
-    """
-
-    def __init__(self, scalers: Mapping[str, TensorScaler]) -> None:
-        self.scalers: dict[str, TensorScaler] = dict(scalers)
-
-    def __len__(self) -> int:
-        return len(self.scalers)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.scalers)
-
-    def __getitem__(self, name: str) -> TensorScaler:
-        return self.scalers[name]
-
-    def reduce_amax(self) -> None:
-        """Make every process's step amaxes equal (their maximum) before the scales are derived,
-        so that all replicas cast with the same scales. One all-reduce for the whole model;
-        nothing with one process."""
-        if distributed.world_size() == 1 or not self.scalers:
-            return
-        scalers = list(self.scalers.values())
-        reduced = distributed.max_over_processes(torch.stack([s.step_amax for s in scalers]))
-        for scaler, amax in zip(scalers, reduced.unbind()):
-            scaler.step_amax = amax
-
-    def update(self) -> None:
-        """End the step on every scaler: reduce the amaxes, then update the scales.
-
-        What :meth:`TensorScaler.update` does, computed for all the scalers that share a device and
-        a history length at once: a few operations per step instead of a few per scaler.
-        """
-        self.reduce_amax()
-        batches: dict[tuple[torch.device, int], list[TensorScaler]] = {}
-        for scaler in self.scalers.values():
-            batches.setdefault((scaler.device, scaler.amax_history_len), []).append(scaler)
-        for batch in batches.values():
-            if len(batch) == 1:
-                batch[0].update()
-            else:
-                _update_together(batch)
-
-    def found_nonfinite(self) -> torch.Tensor:
-        """0-dim bool tensor: did any FP8 cast in this step see NaN or inf?"""
-        if not self.scalers:
-            return torch.zeros((), dtype=torch.bool)
-        amaxes = torch.stack([s.step_amax for s in self.scalers.values()])
-        return ~torch.isfinite(amaxes).all()
-
-    def stats(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Each scaler's :meth:`TensorScaler.last_stats`, by name."""
-        return {name: s.last_stats() for name, s in self.scalers.items()}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Flat ``{"<scaler name>.<key>": tensor}``, loadable with weights_only=True."""
-        return {
-            f"{name}.{key}": value
-            for name, scaler in self.scalers.items()
-            for key, value in scaler.state_dict().items()
-        }
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict`; raises ValueError listing missing or unexpected keys."""
-        expected = {
-            f"{name}.{key}" for name in self.scalers for key in _STATE_KEYS
-        }
-        missing = sorted(expected - set(state))
-        unexpected = sorted(set(state) - expected)
-        if missing or unexpected:
-            raise ValueError(
-                f"FP8 scaling state does not match the model: missing keys {missing[:8]}"
-                f"{' ...' if len(missing) > 8 else ''}, unexpected keys {unexpected[:8]}"
-                f"{' ...' if len(unexpected) > 8 else ''}"
-            )
-        for name, scaler in self.scalers.items():
-            scaler.load_state_dict({key: state[f"{name}.{key}"] for key in _STATE_KEYS})

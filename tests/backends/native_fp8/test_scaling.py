@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from accel.backends.native_fp8.formats import E4M3, E5M2, cast_to_fp8
+from accel.backends.native_fp8.scaler_group import ScalerGroup
 from accel.backends.native_fp8.scaling import (
     FP32_MAX,
-    ScalerGroup,
     TensorScaler,
     compute_scale,
     tensor_amax,
