@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accel.backends.names import reads_fp8_recipe
@@ -23,6 +23,7 @@ from accel.settings import (
     NUM_PROCESSES,
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
+    Setting,
     USE_CPU,
     USE_FSDP,
     to_environment,
@@ -30,8 +31,6 @@ from accel.settings import (
 
 DEFAULT_PORT = 29500
 """The rendezvous port on machine 0 when several machines run and none was given (torchrun's default)."""
-_RECIPE_NAMES = frozenset(s.name for s in FP8_SETTINGS)
-_FSDP_OPTION_NAMES = frozenset(s.name for s in FSDP_OPTION_SETTINGS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,19 +73,15 @@ def _merge(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[s
     if reads_fp8_recipe(precision):
         return values
     refuse_recipe_flags(flags, precision)
-    recipe_keys = [s.yaml_path for s in FP8_SETTINGS if s.name in config.values]
-    if recipe_keys:
-        warn(command, f"{', '.join(recipe_keys)} from {config.path} not used: mixed_precision is {precision!r}")
-    return {name: value for name, value in values.items() if name not in _RECIPE_NAMES}
+    return _without_unread(values, config, command, FP8_SETTINGS, f"mixed_precision is {precision!r}")
 
 
 def refuse_recipe_flags(flags: Mapping[str, Any], precision: str) -> None:
     """Refuse --fp8_* flags for a precision other than fp8: nothing would read them."""
-    recipe_flags = [s.flags[0] for s in FP8_SETTINGS if s.name in flags]
-    if recipe_flags and not reads_fp8_recipe(precision):
-        raise CliError(
-            f"conflicting flags: {', '.join(recipe_flags)} set the FP8 recipe, which only mixed_precision "
-            f"{RECIPE_PRECISION!r} reads, but mixed_precision is {precision!r}; add --mixed_precision fp8 or drop them"
+    if not reads_fp8_recipe(precision):
+        _refuse_unread_flags(
+            flags, FP8_SETTINGS, f"set the FP8 recipe, which only mixed_precision {RECIPE_PRECISION!r} reads, but "
+            f"mixed_precision is {precision!r}; add --mixed_precision fp8 or drop them",
         )
 
 
@@ -101,20 +96,34 @@ def _without_unused_fsdp(
                  "give --num_processes N (N > 1) to shard it")
         return values
     refuse_fsdp_flags(flags, use_fsdp=False)
-    unused = [s.yaml_path for s in FSDP_OPTION_SETTINGS if s.name in config.values]
-    if unused:
-        warn(command, f"{', '.join(unused)} from {config.path} not used: use_fsdp is false")
-    return {name: value for name, value in values.items() if name not in _FSDP_OPTION_NAMES}
+    return _without_unread(values, config, command, FSDP_OPTION_SETTINGS, "use_fsdp is false")
 
 
 def refuse_fsdp_flags(flags: Mapping[str, Any], use_fsdp: bool) -> None:
     """Refuse --fsdp_* flags without use_fsdp: nothing would read them."""
-    given = [s.flags[0] for s in FSDP_OPTION_SETTINGS if s.name in flags]
-    if given and not use_fsdp:
-        raise CliError(
-            f"conflicting flags: {', '.join(given)} set FSDP options, which only apply with use_fsdp, but use_fsdp is "
-            "false; add --use_fsdp or drop them"
+    if not use_fsdp:
+        _refuse_unread_flags(
+            flags, FSDP_OPTION_SETTINGS,
+            "set FSDP options, which only apply with use_fsdp, but use_fsdp is false; add --use_fsdp or drop them",
         )
+
+
+def _refuse_unread_flags(flags: Mapping[str, Any], settings: Sequence[Setting], reason: str) -> None:
+    """CliError naming the flags of `settings` given in `flags`, which nothing would read, and `reason`."""
+    given = [s.flags[0] for s in settings if s.name in flags]
+    if given:
+        raise CliError(f"conflicting flags: {', '.join(given)} {reason}")
+
+
+def _without_unread(
+    values: dict[str, Any], config: ConfigFile, command: str, settings: Sequence[Setting], reason: str
+) -> dict[str, Any]:
+    """`values` without `settings`, which nothing reads (`reason`); those from the config file named in one warning."""
+    unused = [s.yaml_path for s in settings if s.name in config.values]
+    if unused:
+        warn(command, f"{', '.join(unused)} from {config.path} not used: {reason}")
+    names = {s.name for s in settings}
+    return {name: value for name, value in values.items() if name not in names}
 
 
 def _processes_per_machine(values: Mapping[str, Any]) -> int:
