@@ -36,7 +36,7 @@ from collections.abc import Mapping
 
 import torch
 
-from accel.backends.native_fp8 import cpu_quantize
+from accel.backends.native_fp8 import cpu_quantize, fused
 from accel.backends.native_fp8.cpu_gemm import compute_dtype
 from accel.backends.native_fp8.formats import cast_to_fp8, choice_error, fp8_max
 from accel.backends.native_fp8.gemm import operand
@@ -194,13 +194,35 @@ class TensorScaler:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`quantize`, returning the FP8 tensor as GEMM operand (gemm.operand), for a tensor
         nothing keeps. On the CPU, unless this step counts statistics (they read the FP8 bytes),
-        the operand is made without the FP8 tensor (cpu_quantize.py): the same values, faster."""
-        if self.count_stats or not cpu_quantize.supports(x):
+        the operand is made without the FP8 tensor: the same values, faster, by the fused kernel
+        (fused.py) where it runs, else by cpu_quantize.py."""
+        if self.count_stats:
             q, scale_inv = self.quantize(x, x_scale_inv)
             return operand(q), scale_inv
         x = x.detach()
+        if fused.supports(x):
+            return self._fused_operand(x, x_scale_inv)
+        if not cpu_quantize.supports(x):
+            q, scale_inv = self.quantize(x, x_scale_inv)
+            return operand(q), scale_inv
         _, scale, factor = self._observe(x, x_scale_inv)
         return cpu_quantize.quantize_operand(x, factor, self.dtype, compute_dtype()), scale.reciprocal()
+
+    def _fused_operand(
+        self, x: torch.Tensor, x_scale_inv: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`quantize_operand` by the fused kernel. Once delayed scaling has a history, the
+        scale is known before ``x`` is read, and the kernel measures the amax in the same call;
+        otherwise (current scaling, the first step) the amax is measured first."""
+        if self.scaling == "delayed" and bool(self.calibrated):  # a CPU tensor: no device sync
+            scale = self.scale
+            factor = scale if x_scale_inv is None else scale * x_scale_inv
+            result, amax = fused.quantize_operand(x, factor, self.dtype, compute_dtype())
+            self.step_amax = torch.maximum(self.step_amax, amax if x_scale_inv is None else amax * x_scale_inv)
+        else:
+            _, scale, factor = self._observe(x, x_scale_inv)
+            result, _ = fused.quantize_operand(x, factor, self.dtype, compute_dtype())
+        return result, scale.reciprocal()
 
     def _observe(
         self, x: torch.Tensor, x_scale_inv: torch.Tensor | None

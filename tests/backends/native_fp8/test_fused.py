@@ -1,0 +1,111 @@
+"""The fused CPU quantization kernel: bit for bit what the FP8 cast and upcast give, and the amax."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel.backends.native_fp8 import fused
+from accel.backends.native_fp8.formats import E4M3, E5M2, fp8_max
+from accel.backends.native_fp8.gemm import operand
+from accel.backends.native_fp8.scaling import TensorScaler, tensor_amax
+from tests.backends.native_fp8.test_cpu_quantize import SCALES, every_pattern, today
+
+pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels: {fused.status()}")
+
+
+def float32_values() -> torch.Tensor:
+    """float32 over many binades, the FP8 ties and extremes among them."""
+    torch.manual_seed(0)
+    spread = torch.randn(1 << 16) * torch.exp2(torch.randint(-40, 40, (1 << 16,)).float())
+    ties = torch.arange(0, 4096, dtype=torch.float32) * 2.0**-13  # halfway points of both formats' grids
+    extremes = torch.tensor([0.0, -0.0, 1e-45, 3e38, -3e38, float("inf"), float("-inf"), 447.99, 464.0, 57344.0, 61440.0])
+    return torch.cat((spread, ties, -ties, extremes))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fp8_dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_bit_identical_to_cast_and_upcast(dtype: torch.dtype, fp8_dtype: torch.dtype, out_dtype: torch.dtype) -> None:
+    x = float32_values() if dtype == torch.float32 else every_pattern(dtype)
+    nan = x.isnan()
+    int_view = torch.int16 if out_dtype == torch.bfloat16 else torch.int32
+    for value in SCALES:
+        scale = torch.tensor(value)
+        got, amax = fused.quantize_operand(x, scale, fp8_dtype, out_dtype)
+        want = today(x, scale, fp8_dtype, out_dtype)
+        assert got.dtype == out_dtype and got.shape == x.shape
+        mismatched = (got.view(int_view) != want.view(int_view)) & ~nan
+        assert not mismatched.any(), (value, x[mismatched][:8].tolist(), got[mismatched][:8].tolist())
+        assert got[nan].isnan().all()
+        assert torch.equal(amax, tensor_amax(x)) or (amax.isnan() and tensor_amax(x).isnan())
+
+
+def test_signed_zeros_subnormals_saturation_and_amax() -> None:
+    x = torch.tensor([[-0.0, 0.0, -(2.0**-11), 2.0**-9], [3 * 2.0**-10, 464.0, -1e30, float("-inf")]])
+    got, amax = fused.quantize_operand(x, torch.tensor(1.0), E4M3, torch.bfloat16)
+    assert got.shape == (2, 4)
+    assert got.reshape(-1).tolist() == [0.0, 0.0, 0.0, 2.0**-9, 2.0**-8, 448.0, -448.0, -448.0]
+    assert torch.signbit(got).reshape(-1).tolist() == [True, False, True, False, False, False, True, True]
+    assert amax.item() == float("inf") and amax.dtype == torch.float32
+    assert fp8_max(E4M3) == 448.0
+
+
+def test_supports_contiguous_cpu_floats() -> None:
+    assert fused.supports(torch.zeros(2, 3)) and fused.supports(torch.zeros(2, dtype=torch.float16))
+    assert not fused.supports(torch.zeros(3, 2).t())  # a transposed weight goes to the eager kernels
+    assert not fused.supports(torch.zeros(2, dtype=torch.float64))
+    assert not fused.supports(torch.zeros(2, device="meta"))
+    assert fused.status() == "fused (torch.compile)"
+
+
+def _run(scaler: TensorScaler, x_scale_inv: torch.Tensor | None) -> list[tuple[torch.Tensor, ...]]:
+    torch.manual_seed(1)
+    out = []
+    for step in range(4):  # the first step casts with its own amax, the later ones with the history's
+        x = (torch.randn(64, 48) * (step + 1) * 10).to(torch.float16 if x_scale_inv is not None else torch.float32)
+        got, inv = scaler.quantize_operand(x, x_scale_inv)
+        out.append((got, inv, scaler.step_amax))
+        scaler.update()
+        out.append((scaler.scale, scaler.amax_history))
+    return out
+
+
+@pytest.mark.parametrize("scaling", ["delayed", "current"])
+@pytest.mark.parametrize("stored_scaled", [False, True])
+def test_scaler_gives_what_the_eager_kernels_give(scaling: str, stored_scaled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    x_scale_inv = torch.tensor(2.0**-7) if stored_scaled else None
+    fused_run = _run(TensorScaler(E4M3, scaling=scaling, amax_history_len=4), x_scale_inv)
+    monkeypatch.setattr(fused, "supports", lambda x: False)
+    eager_run = _run(TensorScaler(E4M3, scaling=scaling, amax_history_len=4), x_scale_inv)
+    for got, want in zip(fused_run, eager_run):
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+
+
+def test_scaler_with_the_fused_kernel_gives_the_operand_of_quantize() -> None:
+    x = torch.randn(32, 16) * 5
+    direct, reference = TensorScaler(E5M2), TensorScaler(E5M2)
+    for _ in range(3):
+        got, got_inv = direct.quantize_operand(x)
+        q, want_inv = reference.quantize(x)
+        assert torch.equal(got, operand(q)) and torch.equal(got_inv, want_inv)
+        direct.update()
+        reference.update()
+
+
+def test_a_machine_that_cannot_compile_runs_the_eager_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("no C++ compiler found\nsecond line")
+
+    fused._probe.cache_clear()
+    monkeypatch.setattr(fused, "_compiled", broken)
+    try:
+        assert not fused.available()
+        assert fused.status() == "eager: torch.compile could not build them (RuntimeError: no C++ compiler found)"
+        assert not fused.supports(torch.zeros(4))
+        scaler = TensorScaler(E4M3)
+        got, _ = scaler.quantize_operand(torch.randn(8, 8))  # the eager kernels, same numbers
+        assert got.dtype in (torch.bfloat16, torch.float32)
+    finally:
+        fused._probe.cache_clear()
