@@ -30,6 +30,7 @@ from accel.backends.fp8_base import FP8Forward
 from accel.backends.native_fp8 import (
     Float8Config, Float8Conv1D, Float8Linear, ScalerGroup, convert_linears, float8_layers,
 )
+from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
 from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.distributed import any_process, broadcast_from_first, ignore_in_ddp
@@ -150,6 +151,8 @@ class NativeFP8(FP8Backend):
             module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer, make_conv1d=self._make_conv1d
         )
         self._record_conversion(report)
+        if self.device.type == "cpu":
+            logger.info("native FP8 on the CPU: quantization kernels %s", fused.status())
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})

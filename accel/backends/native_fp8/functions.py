@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.fp8_weight import FP8Weight
-from accel.backends.native_fp8.gemm import as_mat2, gemm, operand, weight_gradient
+from accel.backends.native_fp8.gemm import as_mat2, gemm, operand, weight_gradient, weight_gradient_product
 from accel.backends.native_fp8.scaling import TensorScaler
 
 Scalers = tuple[TensorScaler, TensorScaler, TensorScaler]
@@ -69,7 +69,7 @@ def linear_backward(
         # dW in the Parameter's layout: g.T @ x (out, in), or x.T @ g (in, out) for a transposed weight
         pair = (x_op, g_op, x_inv, g_inv) if transposed else (g_op, x_op, g_inv, x_inv)
         if need_w and compact is not None:
-            compact.weight.grad.add(weight_gradient(*pair, torch.float32))
+            compact.weight.grad.add_product(*weight_gradient_product(*pair))
         elif need_w:
             grad_w = weight_gradient(*pair, weight_dtype)
     grad_b = _bias_gradient(grad_y, compact, bias_dtype) if need_b and bias_dtype is not None else None

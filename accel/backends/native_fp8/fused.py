@@ -1,11 +1,13 @@
 """Fused CPU kernels for the FP8 hot path: one compiled loop where eager torch takes ten passes.
 
-On the CPU the native backend's FP8 work around each GEMM (amax, scale, round to the FP8
-grid, saturate, upcast) is element-wise. Done with eager torch operations it is about ten
-passes over every operand (cpu_quantize.py); here it is written once as plain float
-arithmetic and compiled by torch.compile's inductor into a single vectorized C++ loop
-(plus one for the amax). Measured on one AVX512-BF16 core, 512x256: 70 us where the eager
-path takes 492 (float32 input) or 108 (bfloat16).
+On the CPU the native backend's FP8 work around each GEMM is element-wise: for each operand
+amax, scale, round to the FP8 grid, saturate, upcast (:func:`quantize_operand`); for each
+weight gradient under O1/O2, dequantize the product, amax, scale and cast into the FP8
+gradient store (:func:`gradient_to_fp8`). Done with eager torch operations that is up to ten
+passes over the tensor (cpu_quantize.py, grads.py); here each is written once as plain float
+arithmetic and compiled by torch.compile's inductor into vectorized C++ loops. Measured on
+one AVX512-BF16 core, 512x256: an operand in 46-70 us where the eager kernels take 492
+(float32 input) or 108 (bfloat16).
 
 Rounding to a grid of ``bits`` significant bits uses Veltkamp's splitting, which needs no
 bit manipulation (inductor vectorizes bit casts poorly): with ``c = a * (2**(24 - bits) + 1)``,
@@ -18,80 +20,85 @@ pattern of both formats). Magnitudes are clamped to 2**20 first (everything abov
 maximum saturates anyway), so the splitting cannot overflow; NaN stays NaN.
 
 The kernels are compiled on first use (about 2 s each, less from inductor's disk cache), one
-per (input dtype, FP8 dtype, output dtype), for 1-D views of contiguous tensors of any length. :func:`available` says whether this
-machine can compile them (inductor needs a C++ compiler); where it cannot, the eager kernels
-run, with the same results, and :func:`status` says why.
+per dtype combination, for 1-D views of contiguous tensors of any length. :func:`available`
+says whether this machine can compile them (inductor needs a C++ compiler); where it cannot,
+the eager kernels run, with the same results, and :func:`status` says why.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from accel.backends.native_fp8.cpu_gemm import compute_dtype
-from accel.backends.native_fp8.formats import E4M3, E5M2, fp8_max
-
-Kernel = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-_SPLIT_LIMIT = 2.0**20
-"""Magnitudes are clamped here before rounding: above every FP8 maximum, far below overflow in the split."""
-
-_GRIDS: dict[torch.dtype, tuple[float, float | None, float | None]] = {
-    E4M3: (2.0**20 + 1, 2.0**-6, 1.5 * 2.0 ** (-9 + 23)),
-    E5M2: (2.0**21 + 1, 2.0**-14, 1.5 * 2.0 ** (-16 + 23)),
-    torch.bfloat16: (2.0**16 + 1, None, None),  # float32's exponent range: no fixed-spacing part that matters
-    torch.float16: (2.0**13 + 1, 2.0**-14, 1.5 * 2.0 ** (-24 + 23)),
-}
-"""dtype: (Veltkamp multiplier ``2**(24 - significant bits) + 1``, smallest normal value, magic
-number of the fixed spacing below it)."""
+from accel.backends.native_fp8.formats import E4M3, fp8_max
+from accel.backends.native_fp8.kernel_math import SPLIT_LIMIT, round_to_grid, to_half
+from accel.backends.native_fp8.rounding import HALF_DROPPED_BITS, random_low_bits
 
 _SUPPORTED_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def round_to_grid(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Non-negative float32 ``a`` rounded to nearest-even on ``dtype``'s grid (no clamping)."""
-    multiplier, smallest_normal, magic = _GRIDS[dtype]
-    c = a * multiplier
-    normal = c - (c - a)
-    if smallest_normal is None or magic is None:
-        return normal
-    return torch.where(a < smallest_normal, (a + magic) - magic, normal)
 
 
 def _operand_kernel(x: torch.Tensor, factor: torch.Tensor, fp8_dtype: torch.dtype, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """``(upcast(cast_to_fp8(x, factor)) in out_dtype, max|x| in float32)``: what gets compiled."""
     product = x.float() * factor
-    magnitude = product.abs().clamp(max=_SPLIT_LIMIT)
+    magnitude = product.abs().clamp(max=SPLIT_LIMIT)
     if x.dtype != torch.float32:
         magnitude = round_to_grid(magnitude, x.dtype)
     rounded = round_to_grid(magnitude, fp8_dtype).clamp(max=fp8_max(fp8_dtype))
     return torch.copysign(rounded, product).to(out_dtype), x.abs().amax().float()
 
 
-@functools.cache
-def _compiled(x_dtype: torch.dtype, fp8_dtype: torch.dtype, out_dtype: torch.dtype) -> Kernel:
-    """The compiled kernel for one dtype combination, for 1-D inputs of any length.
+def _gradient_kernel(
+    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, fp8_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(cast_to_fp8(g, scale), max|g|, scale)`` for ``g = product * factor`` in float32 and the
+    current scale ``numerator / max|g|`` (inf made the float32 maximum): what gets compiled."""
+    grad = product.float() * factor
+    amax = grad.abs().amax()
+    scale = torch.nan_to_num(numerator / amax, posinf=torch.finfo(torch.float32).max)
+    limit = fp8_max(fp8_dtype)
+    return (grad * scale).clamp(-limit, limit).to(fp8_dtype), amax, scale
 
-    Traced with a symbolic length and handed to inductor directly, not through torch.compile's
-    frame evaluation: the result takes any 1-D tensor with no guards to check, so tensors made
+
+def compile_kernel(
+    kernel: Callable[..., tuple[torch.Tensor, ...]], examples: Sequence[torch.Tensor]
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``kernel``, a function of CPU tensors made of element-wise operations and reductions,
+    compiled by inductor for inputs like ``examples`` but of any size (every dimension of an
+    example longer than 1 is symbolic; give 0-dim tensors for scalars).
+
+    Traced with symbolic sizes and handed to inductor directly, not through torch.compile's
+    frame evaluation: the result takes its tensors with no guards to check, so tensors made
     under inference mode, in backward or in a custom operator never cause a recompilation.
     """
     from torch._inductor.compile_fx import compile_fx  # imported on first use: inductor is slow to import
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    def kernel(x: torch.Tensor, factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _operand_kernel(x, factor, fp8_dtype, out_dtype)
-
     with torch.inference_mode(False), torch.no_grad(), torch.autocast("cpu", enabled=False), warnings.catch_warnings():
         # inductor notes when a loop loads float16 and stores bfloat16: expected here.
         warnings.filterwarnings("ignore", message="bf16 and fp16 are mixed")
-        example = (torch.zeros(16, dtype=x_dtype), torch.ones((), dtype=torch.float32))
-        graph = make_fx(kernel, tracing_mode="symbolic")(*example)
+        # Traced through an unannotated function: a return annotation would become a global of the
+        # graph's code that inductor's cache cannot key (a warning, and no cache across processes).
+        graph = make_fx(lambda *inputs: kernel(*inputs), tracing_mode="symbolic")(*examples)
         symbolic = [node.meta["val"] for node in graph.graph.nodes if node.op == "placeholder"]
         return compile_fx(graph, symbolic)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _compiled(name: str, first_dtype: torch.dtype, *dtypes: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Kernel ``name`` ("operand", "gradient" or "half") for a 1-D first input of ``first_dtype``
+    and 0-dim float32 scalars after it (for "half", 1-D random bits); ``dtypes`` complete its key."""
+    if name == "half":
+        return compile_kernel(to_half, [torch.zeros(16), torch.zeros(16)])
+    body, scalars = {"operand": (_operand_kernel, 1), "gradient": (_gradient_kernel, 2)}[name]
+
+    def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return body(*inputs, *dtypes)  # type: ignore[operator, no-any-return]
+
+    return compile_kernel(kernel, [torch.zeros(16, dtype=first_dtype), *(torch.ones(()) for _ in range(scalars))])
 
 
 def supports(x: torch.Tensor) -> bool:
@@ -107,8 +114,27 @@ def quantize_operand(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(upcast(cast_to_fp8(x, factor, fp8_dtype)) in out_dtype, max|x| as float32)`` in one
     compiled kernel; ``x`` contiguous, on the CPU (see :func:`supports`)."""
-    operand, amax = _compiled(x.dtype, fp8_dtype, out_dtype)(x.reshape(-1), factor)
+    operand, amax = _compiled("operand", x.dtype, fp8_dtype, out_dtype)(x.reshape(-1), factor)
     return operand.view(x.shape), amax
+
+
+def to_half_stochastic(value: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(float16 storage, scale_inv)`` of float32 ``value`` with a power-of-two scale, rounded
+    stochastically with random bits from ``generator``: weights.HalfWeight.encode's result, bit
+    for bit, from the same draws; ``value`` contiguous, on the CPU (see :func:`supports`)."""
+    noise = random_low_bits(value.numel(), HALF_DROPPED_BITS, generator, value.device).float()
+    stored, scale_inv = _compiled("half", torch.float32)(value.reshape(-1), noise)
+    return stored.view(value.shape), scale_inv
+
+
+def gradient_to_fp8(
+    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, fp8_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A weight gradient ``product * factor`` (float32 arithmetic) cast to ``fp8_dtype`` with
+    its own scale ``numerator / amax``: ``(fp8 tensor, amax, scale)``, as grads.FP8Gradient
+    computes them; ``product`` contiguous, on the CPU (see :func:`supports`)."""
+    q, amax, scale = _compiled("gradient", product.dtype, fp8_dtype)(product.reshape(-1), factor, numerator)
+    return q.view(product.shape), amax, scale
 
 
 @functools.cache

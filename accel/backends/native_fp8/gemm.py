@@ -81,6 +81,18 @@ def pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:
     return torch.cat((raw, raw.new_zeros(extra, t.shape[1]))).view(t.dtype)
 
 
+def weight_gradient_product(
+    g: torch.Tensor, x: torch.Tensor, g_inv: torch.Tensor, x_inv: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """dW = g.T @ x for the FP8 gradient store (grads.FP8Gradient.add_product), as ``(product, factor)``:
+    on the CPU the operands' product and the factor that dequantizes it, applied by the store in
+    the pass that casts it; elsewhere dW in float32 and None."""
+    if g.device.type == "cpu":
+        with torch.autocast("cpu", enabled=False):
+            return torch.mm(g.t(), x), g_inv * x_inv
+    return weight_gradient(g, x, g_inv, x_inv, torch.float32), None
+
+
 def weight_gradient(
     g: torch.Tensor, x: torch.Tensor, g_inv: torch.Tensor, x_inv: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:

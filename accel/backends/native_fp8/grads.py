@@ -21,6 +21,8 @@ from collections.abc import Mapping
 
 import torch
 
+from accel.backends.native_fp8 import fused
+from accel.backends.native_fp8.cpu_gemm import dequantize_product
 from accel.backends.native_fp8.formats import E4M3, cast_to_fp8, fp8_max
 from accel.backends.native_fp8.rounding import fp8_to_float
 from accel.backends.native_fp8.scaling import raw_scale, tensor_amax
@@ -54,6 +56,22 @@ class FP8Gradient:
         amax = tensor_amax(grad)
         scale = raw_scale(amax, self._numerator)
         self.data = cast_to_fp8(grad, scale, self.dtype)
+        self._record(amax, scale)
+
+    def add_product(self, product: torch.Tensor, factor: torch.Tensor | None) -> None:
+        """Add the gradient ``product * factor`` (gemm.weight_gradient_product; ``factor`` None:
+        ``product`` is the float32 gradient). On the CPU, into an empty store, one fused kernel
+        dequantizes, measures and casts it (fused.py), with :meth:`add`'s numbers."""
+        if factor is None:
+            self.add(product)
+        elif self.data is None and fused.supports(product):
+            self.data, amax, scale = fused.gradient_to_fp8(product, factor, self._numerator, self.dtype)
+            self._record(amax, scale)
+        else:
+            self.add(dequantize_product(product, factor, torch.float32))
+
+    def _record(self, amax: torch.Tensor, scale: torch.Tensor) -> None:
+        """Keep the scale of the FP8 data just written (NaN if its amax was not finite) and fold in its amax."""
         finite = torch.isfinite(amax)
         self.scale_inv = torch.where(finite, scale.reciprocal(), torch.full_like(scale, torch.nan))
         self.step_amax = torch.maximum(self.step_amax, amax)

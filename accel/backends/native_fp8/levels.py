@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from accel.backends.native_fp8 import fused_adam
 from accel.backends.native_fp8.adam import AdamHyper, adam_step
 from accel.backends.native_fp8.compact import CompactGroup
 
@@ -84,7 +85,9 @@ class O2(OptimizationLevel):
         state = optimizer.state
         for param, index, grad in zip(group.params, group.group_index, grads):
             if grad is not None:
-                adam_step(param, state[param.param], grad, hypers[index])
+                param_state = state[param.param]
+                step = fused_adam.adam_step if fused_adam.supports(param, param_state, grad) else adam_step
+                step(param, param_state, grad, hypers[index])
             param.finish_step(grad is not None)
 
 

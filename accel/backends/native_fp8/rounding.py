@@ -26,9 +26,9 @@ HALF_TARGET_EXPONENT: int = 15
 _MAX_SHIFT = 126
 """Largest |k| of a scale 2**k whose inverse is still a normal float32."""
 
-_HALF_DROPPED_BITS = 13
+HALF_DROPPED_BITS = 13
 """float32 has 23 mantissa bits, float16 10: rounding to float16 drops the low 13."""
-_FP8_DROPPED_BITS = {torch.float8_e4m3fn: 20, torch.float8_e5m2: 21}
+FP8_DROPPED_BITS = {torch.float8_e4m3fn: 20, torch.float8_e5m2: 21}
 
 _CLEAR_BIT_14 = ~(1 << 14)
 _E4M3_HALF_FACTOR = 256.0
@@ -76,7 +76,7 @@ def round_to_half(x: torch.Tensor, generator: torch.Generator | None) -> torch.T
     first, see :func:`pow2_scale`); the rest round to nearest. Overwrites ``x``.
     """
     if generator is not None:
-        stochastic_truncate_(x, _HALF_DROPPED_BITS, generator)
+        stochastic_truncate_(x, HALF_DROPPED_BITS, generator)
     return x.to(torch.float16)
 
 
@@ -84,7 +84,7 @@ def round_to_fp8(x: torch.Tensor, dtype: torch.dtype, limit: float, generator: t
     """Scaled float32 ``x`` in FP8 (clamped to ``limit``): stochastically rounded with
     ``generator`` (exact for FP8's normal range), else to nearest. Overwrites ``x``."""
     if generator is not None:
-        stochastic_truncate_(x, _FP8_DROPPED_BITS[dtype], generator)
+        stochastic_truncate_(x, FP8_DROPPED_BITS[dtype], generator)
     return x.clamp_(-limit, limit).to(dtype)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.rounding import half_to_float, pow2_scale, round_to_half
 from accel.backends.native_fp8.scaling import tensor_amax
 
@@ -42,7 +43,11 @@ class HalfWeight:
 
     @staticmethod
     def encode(value: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scale_inv, float16 storage)`` of float32 ``value`` (overwritten; pass a copy to keep it)."""
+        """``(scale_inv, float16 storage)`` of float32 ``value`` (overwritten; pass a copy to keep it).
+        Stochastic rounding on the CPU runs as one fused kernel (fused.py), with the same bits."""
+        if generator is not None and fused.supports(value) and value.dtype == torch.float32:
+            stored, scale_inv = fused.to_half_stochastic(value, generator)
+            return scale_inv, stored
         scale = pow2_scale(tensor_amax(value))
         value.mul_(scale)
         return scale.reciprocal(), round_to_half(value, generator)
@@ -79,7 +84,12 @@ class HalfWeight:
 
     def store_value(self, value: torch.Tensor, generator: torch.Generator | None) -> None:
         """Store float32 ``value`` (overwritten) as the new real values."""
-        self.scale_inv, self.param.data = self.encode(value, generator)
+        self.store_encoded(*reversed(self.encode(value, generator)))
+
+    def store_encoded(self, stored: torch.Tensor, scale_inv: torch.Tensor) -> None:
+        """Take ``stored`` (float16, the parameter's shape) with ``scale_inv`` as the new storage."""
+        self.param.data = stored
+        self.scale_inv = scale_inv
         self._stored = None
         self.data_scale_inv = self.scale_inv
 

@@ -8,6 +8,7 @@ import torch
 from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.formats import E4M3, E5M2, fp8_max
 from accel.backends.native_fp8.gemm import operand
+from accel.backends.native_fp8.grads import FP8Gradient
 from accel.backends.native_fp8.scaling import TensorScaler, tensor_amax
 from tests.backends.native_fp8.test_cpu_quantize import SCALES, every_pattern, today
 
@@ -109,3 +110,46 @@ def test_a_machine_that_cannot_compile_runs_the_eager_kernels(monkeypatch: pytes
         assert got.dtype in (torch.bfloat16, torch.float32)
     finally:
         fused._probe.cache_clear()
+
+
+def _stores(product: torch.Tensor, factor: torch.Tensor, times: int, monkeypatch: pytest.MonkeyPatch, fuse: bool) -> FP8Gradient:
+    with monkeypatch.context() as patch:
+        if not fuse:
+            patch.setattr(fused, "supports", lambda x: False)
+        grad = FP8Gradient(torch.device("cpu"))
+        for _ in range(times):  # a second write accumulates
+            grad.add_product(product.clone(), factor)
+    return grad
+
+
+@pytest.mark.parametrize("times", [1, 2])
+@pytest.mark.parametrize("values", ["normal", "zeros", "with_inf", "with_nan"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gradient_store_gives_what_the_eager_kernels_give(
+    dtype: torch.dtype, values: str, times: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(2)
+    product = (torch.randn(48, 40) * 3).to(dtype)
+    if values == "zeros":
+        product.zero_()
+    elif values != "normal":
+        product[3, 5] = float("inf") if values == "with_inf" else float("nan")
+    factor = torch.tensor(3.1e-5)
+    got = _stores(product, factor, times, monkeypatch, fuse=True)
+    want = _stores(product, factor, times, monkeypatch, fuse=False)
+    assert got.data is not None and want.data is not None and got.data.dtype == want.data.dtype
+    # A NaN step (skipped by the backend) leaves NaN bytes whose sign bit either kernel may set.
+    magnitude = 0x7F if values == "with_nan" else 0xFF
+    assert torch.equal(got.data.view(torch.uint8) & magnitude, want.data.view(torch.uint8) & magnitude)
+    for a, b in ((got.scale_inv, want.scale_inv), (got.step_amax, want.step_amax)):
+        assert torch.equal(a, b) or (a.isnan() and b.isnan())
+    if values == "normal":
+        expected = product.float() * factor * times
+        assert torch.allclose(got.dequantize(), expected, rtol=2**-3, atol=1e-9)
+
+
+def test_gradient_store_takes_a_float32_gradient_as_it_is() -> None:
+    grad = FP8Gradient(torch.device("cpu"))
+    dw = torch.randn(8, 8)
+    grad.add_product(dw.clone(), None)
+    assert torch.allclose(grad.dequantize(), dw, rtol=2**-3)
