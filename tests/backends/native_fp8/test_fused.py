@@ -153,3 +153,38 @@ def test_gradient_store_takes_a_float32_gradient_as_it_is() -> None:
     dw = torch.randn(8, 8)
     grad.add_product(dw.clone(), None)
     assert torch.allclose(grad.dequantize(), dw, rtol=2**-3)
+
+
+def _o1_losses(monkeypatch: pytest.MonkeyPatch, compute: torch.dtype) -> list[float]:
+    """Six O1 steps of a small MLP with the FP8 products computed in ``compute`` on the CPU."""
+    from accel import Accelerator, FP8RecipeKwargs
+    from accel.backends.native_fp8 import cpu_gemm, gemm, scaling
+
+    with monkeypatch.context() as patch:
+        for module in (cpu_gemm, gemm, fused, scaling):
+            patch.setattr(module, "compute_dtype", lambda: compute)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.ReLU(), torch.nn.Linear(96, 48))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        accelerator = Accelerator(
+            mixed_precision="fp8", cpu=True,
+            kwarg_handlers=[FP8RecipeKwargs(backend="native", optimization_level="O1", base_precision="fp32")],
+        )
+        model, optimizer = accelerator.prepare(model, optimizer)
+        data = torch.randn(64, 48, generator=torch.Generator().manual_seed(1))
+        losses = []
+        for _ in range(6):
+            loss = torch.nn.functional.mse_loss(model(data), data.roll(1, 1))
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    return losses
+
+
+def test_the_float32_path_of_cpus_without_bf16_instructions_trains_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an AVX2-only CPU the FP8 operands are exact float32 copies (the fused kernels write
+    float32): the same FP8 values, so the same training up to the products' own rounding."""
+    bf16, fp32 = _o1_losses(monkeypatch, torch.bfloat16), _o1_losses(monkeypatch, torch.float32)
+    assert fp32[-1] < 0.9 * fp32[0]
+    torch.testing.assert_close(fp32, bf16, rtol=2e-2, atol=0)
