@@ -103,10 +103,11 @@ def batches(args: argparse.Namespace, count: int) -> list[torch.Tensor]:
     return [torch.stack([train[i][0] for i in pick]) for pick in picks]
 
 
-def llama() -> Any:
+def llama(width: int = 256) -> Any:
+    """The tiny Llama (width 256, MLP 688); ``width`` scales both (MLP ``width * 688 / 256``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=96, hidden_size=width, intermediate_size=width * 688 // 256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(0)

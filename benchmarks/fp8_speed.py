@@ -12,6 +12,7 @@ On a CPU without native bf16 matrix instructions the ratios are taken against fp
 
     python benchmarks/fp8_speed.py                       # both models, 5 rounds of 6 steps
     python benchmarks/fp8_speed.py --model gpt --threads 1
+    python benchmarks/fp8_speed.py --model llama --llama_width 1024   # wider: the GEMMs weigh more
 """
 
 from __future__ import annotations
@@ -48,14 +49,14 @@ VARIANTS: dict[str, tuple[str, str | None]] = {
 """name: (mixed_precision, FP8 optimization level); FP8 runs on its default base, bf16 mixed."""
 
 
-def make_step(model_name: str, mixed_precision: str, level: str | None) -> Callable[[int], float]:
+def make_step(model_name: str, mixed_precision: str, level: str | None, width: int = 256) -> Callable[[int], float]:
     """A function running training step i (forward, backward, AdamW step, zero_grad); returns the loss."""
     handlers = [] if level is None else [FP8RecipeKwargs(backend="native", optimization_level=level)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "bf16 is slow on this CPU": measured here on purpose
         accelerator = Accelerator(mixed_precision=mixed_precision, cpu=True, kwarg_handlers=handlers)
     torch.manual_seed(0)
-    model, batch = (llama(), 8) if model_name == "llama" else (GPT(GPTConfig()), 32)
+    model, batch = (llama(width), 8) if model_name == "llama" else (GPT(GPTConfig()), 32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
     generator = torch.Generator().manual_seed(0)
@@ -76,8 +77,8 @@ def make_step(model_name: str, mixed_precision: str, level: str | None) -> Calla
     return step
 
 
-def measure(model_name: str, rounds: int, steps: int) -> None:
-    runs = {name: make_step(model_name, *variant) for name, variant in VARIANTS.items()}
+def measure(model_name: str, rounds: int, steps: int, width: int = 256) -> None:
+    runs = {name: make_step(model_name, *variant, width=width) for name, variant in VARIANTS.items()}
     done = dict.fromkeys(runs, 0)
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
@@ -95,7 +96,8 @@ def measure(model_name: str, rounds: int, steps: int) -> None:
             wall[name].append(statistics.median(times) * 1e3)
             cpu[name].append(statistics.median(cpu_times) * 1e3)
     reference = "bf16 mixed" if compute_dtype() == torch.bfloat16 else "fp32"
-    print(f"\n{model_name}: {rounds} rounds of {steps} steps, ratios per round against {reference}")
+    shape = f" width {width}" if model_name == "llama" else ""
+    print(f"\n{model_name}{shape}: {rounds} rounds of {steps} steps, ratios per round against {reference}")
     for name in runs:
         ratios = sorted(a / b for a, b in zip(wall[name][1:], wall[reference][1:]))
         print(f"  {name:14s} wall ms min {min(wall[name][1:]):7.1f} median {statistics.median(wall[name][1:]):7.1f}"
@@ -110,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6, help="steps per variant and round")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--llama_width", type=int, default=256, help="the Llama's width (MLP scales with it)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         parser.error(f"--rounds={args.rounds} and --steps={args.steps} must be at least 1")
@@ -117,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, FP8 products on the CPU in {compute_dtype()}")
     for model_name in ("llama", "gpt") if args.model == "both" else (args.model,):
-        measure(model_name, args.rounds, args.steps)
+        measure(model_name, args.rounds, args.steps, args.llama_width)
     return 0
 
 

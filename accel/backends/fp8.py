@@ -71,11 +71,15 @@ class FP8Backend(PrecisionBackend):
         params = ", fp8_params" if self.recipe.fp8_params else ""
         sharded = f", FSDP2: {self.fsdp_mode}" if self.fsdp_mode else ""
         base = f"base {self.recipe.base_precision}"
-        return f"fp8 ({self.library}, {self.scaling} scaling{level}, {base}{params}{sharded})"
+        return f"fp8 ({self.library}, {self.scaling} scaling{level}, {base}{params}{sharded}{self._describe_kernels()})"
 
     def _describe_level(self, level: str) -> str:
         """The optimization level's part of describe(); a backend whose storage differs under FSDP says so."""
         return level
+
+    def _describe_kernels(self) -> str:
+        """describe()'s note on kernels that run slower than usual here; default: none."""
+        return ""
 
     @property
     def fsdp_precision(self) -> str:

@@ -145,6 +145,10 @@ class NativeFP8(FP8Backend):
     def _describe_level(self, level: str) -> str:
         return "" if self._sharded else level
 
+    def _describe_kernels(self) -> str:
+        # Only the unusual case is said: the fused CPU kernels could not be compiled here.
+        return ", eager CPU kernels" if self.device.type == "cpu" and not fused.available() else ""
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         module = self.convert_base(module)
         report = convert_linears(

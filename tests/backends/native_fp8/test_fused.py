@@ -188,3 +188,21 @@ def test_the_float32_path_of_cpus_without_bf16_instructions_trains_alike(monkeyp
     bf16, fp32 = _o1_losses(monkeypatch, torch.bfloat16), _o1_losses(monkeypatch, torch.float32)
     assert fp32[-1] < 0.9 * fp32[0]
     torch.testing.assert_close(fp32, bf16, rtol=2e-2, atol=0)
+
+
+def test_the_backend_says_when_the_eager_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accel import Accelerator, FP8RecipeKwargs
+
+    def describe() -> str:
+        handler = FP8RecipeKwargs(backend="native")
+        accelerator = Accelerator(mixed_precision="fp8", cpu=True, kwarg_handlers=[handler])
+        accelerator.prepare(torch.nn.Sequential(torch.nn.Linear(16, 16)))
+        return accelerator.precision.describe()
+
+    assert "eager CPU kernels" not in describe()
+    fused._probe.cache_clear()
+    monkeypatch.setattr(fused, "_compiled", lambda *args: 1 / 0)
+    try:
+        assert describe().endswith(", eager CPU kernels)")
+    finally:
+        fused._probe.cache_clear()
