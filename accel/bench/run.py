@@ -51,6 +51,17 @@ ADAM_EPS = 1e-6
 """AdamW's eps in every case: torch's default 1e-8 rounds to 0 in fp16, which 16-true refuses."""
 
 
+def load_compiler() -> None:
+    """Load torch.compile's compiler (inductor) and build native FP8's first CPU kernel, untimed:
+    the compiled rows and native FP8's fused CPU kernels load it on first use, and its code (some
+    70 MiB resident) would otherwise count as the peak memory of whichever case came first."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+    from accel.backends.native_fp8 import fused
+
+    fused.available()
+
+
 def run_case(work: Workload, case: Case, mode: str, warmup: int, lr: float, progress: Progress) -> Row:
     """Train a copy of `work.model` for `len(work.batches)` steps in `case` and `mode`.
 
