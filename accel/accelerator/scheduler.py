@@ -31,12 +31,16 @@ class AcceleratedScheduler:
         self.step_with_optimizer = step_with_optimizer
 
     def step(self, *args: Any, **kwargs: Any) -> None:
-        """Advance the schedule, unless this micro-batch did not step or a step was skipped."""
+        """Advance the schedule, unless this micro-batch did not step or a step was skipped.
+
+        Runs once per training step: it reads the optimizers' flag directly rather than through
+        their `step_was_skipped` property (one call less each, in a loop timed against plain torch).
+        """
         if self.step_with_optimizer:
             if not self._gradients.sync_gradients:
                 return
             for optimizer in self.optimizers:
-                if optimizer.step_was_skipped:
+                if optimizer._step_was_skipped:
                     return
         self.scheduler.step(*args, **kwargs)
 

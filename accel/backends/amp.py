@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -17,7 +18,12 @@ from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs, Handlers
 
 
 class AutocastForward(ForwardWrapper):
-    """A model's forward run under torch.autocast."""
+    """A model's forward run under torch.autocast; its 16-bit float outputs cast to fp32 when asked.
+
+    Runs on every forward, so it does as little Python as it can: the autocast context comes from
+    a callable built at prepare time (`autocast_builder`: the options are frozen), and a plain
+    tensor output, the common case, is cast without walking a structure (`map_tensors`).
+    """
 
     __slots__ = ("_autocast", "_cast_outputs")
 
@@ -29,11 +35,21 @@ class AutocastForward(ForwardWrapper):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._autocast():
             output = self.__wrapped__(*args, **kwargs)
-        return map_tensors(_to_fp32, output) if self._cast_outputs else output
+        if not self._cast_outputs:
+            return output
+        if isinstance(output, torch.Tensor):
+            return output.float() if output.dtype in HALF_DTYPES else output
+        return map_tensors(_to_fp32, output)
+
+
+HALF_DTYPES: frozenset[torch.dtype] = frozenset({torch.float16, torch.bfloat16})
+"""The dtypes whose outputs are cast to fp32 (Accelerate's `convert_to_fp32`); others (fp32,
+fp64, integers, FP8) are returned as they are."""
 
 
 def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+    """`tensor` as fp32 when it is fp16 or bf16, else `tensor` itself."""
+    return tensor.float() if tensor.dtype in HALF_DTYPES else tensor
 
 
 class _MixedPrecision(PrecisionBackend):
@@ -49,13 +65,23 @@ class _MixedPrecision(PrecisionBackend):
             warn_once(f"mixed_precision={self.name!r} will be slow here: {reason}. It runs as asked.")
 
     def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
+        return self.autocast_builder(handler)()
+
+    def autocast_builder(self, handler: AutocastKwargs | None = None) -> Callable[[], AbstractContextManager[Any]]:
+        """A callable that makes this precision's torch.autocast with `handler`'s options (default:
+        the Accelerator's). Built once for a prepared model's forward, which then pays for no option
+        lookups per call; the handlers are frozen and the device fixed, so nothing goes stale."""
         options = handler if handler is not None else self._autocast_kwargs
-        return torch.autocast(
-            self.device.type, dtype=self.compute_dtype, enabled=options.enabled, cache_enabled=options.cache_enabled
+        return functools.partial(
+            torch.autocast,
+            self.device.type,
+            dtype=self.compute_dtype,
+            enabled=options.enabled,
+            cache_enabled=options.cache_enabled,
         )
 
     def wrap_forward(self, forward: Forward) -> Forward:
-        return AutocastForward(forward, self.autocast, self._autocast_kwargs.convert_outputs_to_fp32)
+        return AutocastForward(forward, self.autocast_builder(), self._autocast_kwargs.convert_outputs_to_fp32)
 
 
 class BF16Mixed(_MixedPrecision):
@@ -77,7 +103,8 @@ class FP16Mixed(_MixedPrecision):
         self.loss_scaler = LossScaler(device, handlers.get(GradScalerKwargs))
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        self.loss_scaler.backward(loss, **kwargs)
+        """Backward of the scaled loss: what LossScaler.backward does, without its call (once per step)."""
+        self.loss_scaler.scaler.scale(loss).backward(**kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         self.loss_scaler.unscale_(optimizer)

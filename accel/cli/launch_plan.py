@@ -20,7 +20,6 @@ from accel.settings import (
     FSDP_OPTION_SETTINGS,
     LAUNCHER_SETTINGS,
     MIXED_PRECISION,
-    NUM_PROCESSES,
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
     Setting,
@@ -88,12 +87,13 @@ def refuse_recipe_flags(flags: Mapping[str, Any], precision: str) -> None:
 def _without_unused_fsdp(
     values: dict[str, Any], flags: Mapping[str, Any], config: ConfigFile, command: str
 ) -> dict[str, Any]:
-    """The fsdp_config options only when use_fsdp is on (else refused as flags, or named as unused);
-    with one process, a warning that there is nothing to shard."""
+    """The fsdp_config options only when use_fsdp is on (else refused as flags, or named as unused).
+
+    use_fsdp with one process is passed on without a word here: the script's Accelerator says that
+    there is nothing to shard when it prepares the model (accel.fsdp.wrap.shard_model), which a
+    plain `python script.py` needs too; saying it here as well would say it twice in a launch.
+    """
     if values.get(USE_FSDP.name, USE_FSDP.default):
-        if values.get(NUM_PROCESSES.name, NUM_PROCESSES.default) == 1:
-            warn(command, "use_fsdp with num_processes 1: there is nothing to shard, so the model trains unsharded; "
-                 "give --num_processes N (N > 1) to shard it")
         return values
     refuse_fsdp_flags(flags, use_fsdp=False)
     return _without_unread(values, config, command, FSDP_OPTION_SETTINGS, "use_fsdp is false")

@@ -34,8 +34,10 @@ def shard_model(
     an FSDPModule subclass; parameter names do not change).
 
     With one process there is nothing to shard: the model trains unsharded (activation
-    checkpointing still applies) and a warning says so. Raises ValueError for a wrap class name
-    that matches no module. `precision_name` is the backend's `fsdp_precision` (FP8: its base).
+    checkpointing still applies) and a warning says so, once per process. This is the only place
+    that says it, for `accel launch --use_fsdp` and a plain `python script.py` alike. Raises
+    ValueError for a wrap class name that matches no module. `precision_name` is the backend's
+    `fsdp_precision` (FP8: its base).
     """
     policy = mixed_precision_policy(precision_name, plugin.mixed_precision_policy)
     units = modules_to_shard(model, plugin)
@@ -44,9 +46,9 @@ def shard_model(
             checkpoint_activations(unit)
     if not process_state.distributed:
         warn_once(
-            "FullyShardedDataParallelPlugin with one process: there is nothing to shard, so the model trains "
-            "unsharded (activation_checkpointing still applies; cpu_offload, reshard_after_forward and the "
-            "mixed_precision_policy have nothing to act on). Launch with several processes to shard it: "
+            "FullyShardedDataParallelPlugin (or use_fsdp) with one process: there is nothing to shard, so the "
+            "model trains unsharded (activation_checkpointing still applies; cpu_offload, reshard_after_forward "
+            "and the mixed_precision_policy have nothing to act on). Launch with several processes to shard it: "
             "accel launch --num_processes N --use_fsdp script.py.",
             UserWarning,
         )

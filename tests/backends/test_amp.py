@@ -155,3 +155,49 @@ def test_fast_cpu_gives_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrecisionWarning)
         Accelerator(mixed_precision="bf16")
+
+
+class _Outputs(nn.Module):
+    """A model whose forward returns a structure of tensors of several dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        y = self.linear(x)  # 16-bit under autocast
+        return {"logits": y, "pair": (y, y.argmax(-1)), "fp64": [x.double()], "fp32": x, "note": "kept"}
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_16_bit_outputs_in_a_structure_become_fp32_and_the_rest_is_returned_as_is(name: str) -> None:
+    accelerator = Accelerator(mixed_precision=name)
+    model = accelerator.prepare(_Outputs())
+    x = torch.randn(3, 4)
+    out = model(x)
+    assert out["logits"].dtype == out["pair"][0].dtype == torch.float32
+    assert out["pair"][1].dtype == torch.int64 and out["fp64"][0].dtype == torch.float64
+    assert out["fp32"] is x and out["note"] == "kept"  # fp32 tensors are not copied
+    assert torch.allclose(out["logits"], model.linear(x).float(), atol=1e-2)
+
+
+def test_an_fp32_output_is_returned_as_it_is() -> None:
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = accelerator.prepare(nn.Identity())
+    x = torch.randn(3, 4)
+    assert model(x) is x
+
+
+def test_prepared_fp16_model_and_optimizer_pickle_after_training() -> None:
+    """The loss scaler keeps weak references to the optimizers it watches; a copy starts watching afresh."""
+    accelerator = Accelerator(mixed_precision="fp16")
+    model = nn.Linear(4, 2)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    accelerator.backward(model(torch.randn(3, 4)).sum())
+    optimizer.step()
+    x = torch.randn(3, 4)
+    clones = (pickle.loads(pickle.dumps((model, optimizer))), copy.deepcopy((model, optimizer)))
+    for clone_model, clone_optimizer in clones:
+        assert torch.equal(clone_model(x), model(x))
+        assert clone_optimizer.state_dict()["param_groups"] == optimizer.state_dict()["param_groups"]
+        assert clone_optimizer._backend.loss_scaler.state_dict() == accelerator.precision.loss_scaler.state_dict()

@@ -4,8 +4,11 @@ LossScaleOverflowError, and nothing non-finite reaches the weights or the optimi
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from torch import nn
 
 from accel import Accelerator, GradScalerKwargs
 from accel.accelerator.checkpointing.manifest import describe_file
-from accel.backends.loss_scaler import LossScaleOverflowError
+from accel.backends.loss_scaler import LossScaleOverflowError, LossScaler
 
 
 def _fp16(**scaler: object) -> Accelerator:
@@ -24,7 +27,7 @@ def _fp16(**scaler: object) -> Accelerator:
 
 
 def _mlp(
-    accelerator: Accelerator, optimizer: type[torch.optim.Optimizer] = torch.optim.SGD
+    accelerator: Accelerator, optimizer: Callable[..., torch.optim.Optimizer] = torch.optim.SGD
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     # Widths 4 and batch 4: fp16 matmuls are emulated on this CPU, some shapes take milliseconds.
     torch.manual_seed(0)
@@ -148,3 +151,97 @@ def test_a_checkpoint_from_before_the_run_of_skips_was_saved_still_loads(tmp_pat
     again.load_state(folder)
     assert again.step_stats == {"loss_scale": 1.0, "skipped_steps": 2}
     assert again.precision.loss_scaler.consecutive_skips == 0
+
+
+# --- whether a step ran: a post-step hook where it is exact, found_inf otherwise --------------------------------
+
+
+def _count_found_inf_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record each time LossScaler reads found_inf back (what each answer was)."""
+    reads: list[bool] = []
+    original = LossScaler._found_inf
+
+    def counted(self: LossScaler, optimizer: torch.optim.Optimizer) -> bool:
+        reads.append(original(self, optimizer))
+        return reads[-1]
+
+    monkeypatch.setattr(LossScaler, "_found_inf", counted)
+    return reads
+
+
+def _mixed_batches(
+    accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[list[bool], list[bool]]:
+    """Three ordinary steps, one overflowing, two ordinary: which were skipped, and which moved the weights."""
+    skipped, moved = [], []
+    torch.manual_seed(1)
+    for overflow in (False, False, False, True, False, False):
+        before = [p.detach().clone() for p in model.parameters()]
+        _train_step(accelerator, model, optimizer, torch.full((4, 4), 1e6) if overflow else torch.randn(4, 4))
+        skipped.append(accelerator.optimizer_step_was_skipped)
+        moved.append(any(not torch.equal(a, b) for a, b in zip(before, model.parameters())))
+    return skipped, moved
+
+
+EXPECTED_SKIPS = [False, False, False, True, False, False]
+
+
+def test_a_step_that_ran_is_known_from_the_hook_without_reading_found_inf(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _count_found_inf_reads(monkeypatch)
+    accelerator = _fp16()
+    model, optimizer = _mlp(accelerator)
+    skipped, moved = _mixed_batches(accelerator, model, optimizer)
+    assert skipped == EXPECTED_SKIPS
+    assert moved == [not s for s in EXPECTED_SKIPS]
+    assert reads == [True]  # only the skipped step confirms with found_inf
+    assert accelerator.step_stats["skipped_steps"] == 1
+
+
+def test_a_fused_optimizer_which_skips_inside_its_own_step_is_read_from_found_inf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GradScaler calls a fused optimizer's step on every step (it skips inside), so a hook would
+    say every step ran: its steps are told by found_inf."""
+    reads = _count_found_inf_reads(monkeypatch)
+    accelerator = _fp16()
+    model, optimizer = _mlp(accelerator, lambda params, lr: torch.optim.AdamW(params, lr=lr, fused=True))
+    assert optimizer.optimizer._step_supports_amp_scaling
+    skipped, moved = _mixed_batches(accelerator, model, optimizer)
+    assert skipped == EXPECTED_SKIPS
+    assert moved == [not s for s in EXPECTED_SKIPS]
+    assert reads == EXPECTED_SKIPS
+
+
+def test_an_optimizer_whose_step_runs_no_hooks_is_still_told_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step replaced on the instance bypasses torch's hooks: the hook never fires, found_inf then
+    says each step ran, and none is counted as skipped for it."""
+    reads = _count_found_inf_reads(monkeypatch)
+    accelerator = _fp16()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    raw = torch.optim.SGD(model.parameters(), lr=1e-3)
+    unhooked = type(raw).step.__wrapped__  # torch's step without its hook-running wrapper
+    raw.step = lambda closure=None: unhooked(raw, closure)  # type: ignore[method-assign]
+    model, optimizer = accelerator.prepare(model, raw)
+    skipped, moved = _mixed_batches(accelerator, model, optimizer)
+    assert skipped == EXPECTED_SKIPS
+    assert moved == [not s for s in EXPECTED_SKIPS]
+    assert reads == EXPECTED_SKIPS
+
+
+def test_a_copied_scaler_watches_the_optimizers_it_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watched optimizers are not pickled (weak references): a copy hooks what it steps afresh."""
+    accelerator = _fp16()
+    model, optimizer = _mlp(accelerator)
+    _train_step(accelerator, model, optimizer, torch.randn(4, 4))
+    scaler = accelerator.precision.loss_scaler
+    for clone in (pickle.loads(pickle.dumps(scaler)), copy.deepcopy(scaler)):
+        assert clone.state_dict() == scaler.state_dict()
+        reads = _count_found_inf_reads(monkeypatch)
+        raw = copy.deepcopy(optimizer.optimizer)  # a copied optimizer keeps no hooks
+        for p in raw.param_groups[0]["params"]:
+            p.grad = torch.ones_like(p)
+        clone.scaler.scale(torch.ones(()))  # a step follows a scale, as in training
+        assert clone.step(raw) is True
+        assert reads == []
+        monkeypatch.undo()

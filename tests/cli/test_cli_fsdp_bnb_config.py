@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -216,12 +217,50 @@ def test_launch_environment_carries_fsdp_and_bnb(tmp_path: Path) -> None:
         "ACCEL_FSDP_AUTO_WRAP_POLICY": "transformer_based_wrap", "ACCEL_BNB_IGNORE_MODULES": "lm_head"}
 
 
-def test_one_process_with_fsdp_says_there_is_nothing_to_shard(tmp_path: Path, capsys) -> None:
+def test_the_launch_plan_passes_use_fsdp_with_one_process_on_without_a_word(tmp_path: Path, capsys) -> None:
+    """The Accelerator says that there is nothing to shard (it must for a plain `python script.py`);
+    the launcher saying it too would say it twice in a launch."""
     config = ConfigFile(tmp_path / "c.yaml", "--config_file", {}, exists=False)
     plan = plan_launch({"use_fsdp": True}, config, "test", gpus=lambda: 0, cores=2)
     assert plan.env["ACCEL_USE_FSDP"] == "true"
-    assert "use_fsdp with num_processes 1: there is nothing to shard, so the model trains unsharded" in (
-        capsys.readouterr().err)
+    assert capsys.readouterr().err == ""
+
+
+NOTHING_TO_SHARD = "with one process: there is nothing to shard, so the model trains unsharded"
+ONE_PROCESS_FSDP_SCRIPT = """\
+import sys
+from torch import nn
+from accel import Accelerator, FullyShardedDataParallelPlugin
+
+plugin = FullyShardedDataParallelPlugin() if "--plugin" in sys.argv else None
+accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
+model = accelerator.prepare(nn.Linear(4, 2))
+print("fsdp:", accelerator.fsdp_plugin is not None, "processes:", accelerator.num_processes, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["flags", "config file", "plain python"])
+def test_one_process_with_fsdp_says_there_is_nothing_to_shard_once(
+    run_accel, clean_env: dict[str, str], tmp_path: Path, how: str
+) -> None:
+    """`accel launch --use_fsdp --num_processes 1`, a config with distributed_type FSDP and one process, and
+    `python script.py` with an FSDP plugin in the code: the model trains unsharded, and the warning is said
+    once, by the script's Accelerator."""
+    script = tmp_path / "train.py"
+    script.write_text(ONE_PROCESS_FSDP_SCRIPT)
+    if how == "flags":
+        result = run_accel("launch", "--use_fsdp", "--num_processes", "1", "--cpu", str(script))
+    elif how == "config file":
+        config = tmp_path / "fsdp.yaml"
+        config.write_text("distributed_type: FSDP\nnum_processes: 1\nuse_cpu: true\nfsdp_config:\n  fsdp_version: 2\n")
+        result = run_accel("launch", "--config_file", str(config), str(script))
+    else:
+        result = subprocess.run([sys.executable, str(script), "--plugin"], cwd=tmp_path, env=clean_env,
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["fsdp: True processes: 1"]
+    assert result.stderr.count("nothing to shard") == 1, result.stderr  # in whatever words
+    assert "UserWarning: FullyShardedDataParallelPlugin (or use_fsdp) " + NOTHING_TO_SHARD in result.stderr
 
 
 def test_the_accelerator_builds_plugin_and_quantizer_from_the_environment(monkeypatch) -> None:
