@@ -72,12 +72,10 @@ class _MixedPrecision(PrecisionBackend):
         the Accelerator's). Built once for a prepared model's forward, which then pays for no option
         lookups per call; the handlers are frozen and the device fixed, so nothing goes stale."""
         options = handler if handler is not None else self._autocast_kwargs
+        # Positional, in torch.autocast's order (device_type, dtype, enabled, cache_enabled): a partial
+        # without keywords is called through the fast vectorcall path, without a kwargs dict per call.
         return functools.partial(
-            torch.autocast,
-            self.device.type,
-            dtype=self.compute_dtype,
-            enabled=options.enabled,
-            cache_enabled=options.cache_enabled,
+            torch.autocast, self.device.type, self.compute_dtype, options.enabled, options.cache_enabled
         )
 
     def wrap_forward(self, forward: Forward) -> Forward:
