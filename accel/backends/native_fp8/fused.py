@@ -35,8 +35,8 @@ import torch
 
 from accel.backends.native_fp8.cpu_gemm import compute_dtype
 from accel.backends.native_fp8.formats import E4M3, fp8_max
-from accel.backends.native_fp8.kernel_math import SPLIT_LIMIT, round_to_grid, to_half
-from accel.backends.native_fp8.rounding import HALF_DROPPED_BITS, random_low_bits
+from accel.backends.native_fp8.kernel_math import SPLIT_LIMIT, round_to_grid, to_half_keyed
+from accel.backends.native_fp8.rounding import random_keys
 
 _SUPPORTED_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -90,9 +90,9 @@ def compile_kernel(
 @functools.cache
 def _compiled(name: str, first_dtype: torch.dtype, *dtypes: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Kernel ``name`` ("operand", "gradient" or "half") for a 1-D first input of ``first_dtype``
-    and 0-dim float32 scalars after it (for "half", 1-D random bits); ``dtypes`` complete its key."""
+    and 0-dim float32 scalars after it (for "half", the two int32 random keys); ``dtypes`` complete its key."""
     if name == "half":
-        return compile_kernel(to_half, [torch.zeros(16), torch.zeros(16)])
+        return compile_kernel(to_half_keyed, [torch.zeros(16), torch.zeros(2, dtype=torch.int32)])
     body, scalars = {"operand": (_operand_kernel, 1), "gradient": (_gradient_kernel, 2)}[name]
 
     def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -122,8 +122,7 @@ def to_half_stochastic(value: torch.Tensor, generator: torch.Generator) -> tuple
     """``(float16 storage, scale_inv)`` of float32 ``value`` with a power-of-two scale, rounded
     stochastically with random bits from ``generator``: weights.HalfWeight.encode's result, bit
     for bit, from the same draws; ``value`` contiguous, on the CPU (see :func:`supports`)."""
-    noise = random_low_bits(value.numel(), HALF_DROPPED_BITS, generator, value.device).float()
-    stored, scale_inv = _compiled("half", torch.float32)(value.reshape(-1), noise)
+    stored, scale_inv = _compiled("half", torch.float32)(value.reshape(-1), random_keys(generator))
     return stored.view(value.shape), scale_inv
 
 

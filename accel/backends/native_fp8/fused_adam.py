@@ -26,8 +26,8 @@ from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import MOMENT_DTYPE, AdamHyper
 from accel.backends.native_fp8.compact import CompactParameter
 from accel.backends.native_fp8.formats import fp8_max
-from accel.backends.native_fp8.kernel_math import stochastic_round, to_half
-from accel.backends.native_fp8.rounding import FP8_DROPPED_BITS, HALF_DROPPED_BITS, random_low_bits
+from accel.backends.native_fp8.kernel_math import noise, stochastic_round, to_half_keyed
+from accel.backends.native_fp8.rounding import FP8_DROPPED_BITS, random_keys
 
 _FP8_DROPPED_BITS = FP8_DROPPED_BITS[MOMENT_DTYPE]
 """float32 has 23 mantissa bits, E4M3 3: stochastic rounding to E4M3 draws 20 random bits."""
@@ -37,7 +37,7 @@ _SCALARS = 12
 
 def _kernel(
     weight16: torch.Tensor, grad: torch.Tensor, rms16: torch.Tensor, ratio8: torch.Tensor,
-    noise_rms: torch.Tensor, noise_weight: torch.Tensor, noise_ratio: torch.Tensor, *scalars: torch.Tensor,
+    keys_rms: torch.Tensor, keys_weight: torch.Tensor, keys_ratio: torch.Tensor, *scalars: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
     """adam.adam_step's arithmetic on 1-D tensors; returns the new storage and their scale_invs."""
     (weight_inv, rms_inv, ratio_inv, sign, l2, one_minus_beta1, beta2, one_minus_beta2, decay,
@@ -47,14 +47,15 @@ def _kernel(
     rms = rms16.float() * rms_inv
     exp_avg = torch.lerp(ratio8.float() * ratio_inv * rms, grad, one_minus_beta1)
     rms = torch.sqrt(rms * rms * beta2 + one_minus_beta2 * grad * grad)
-    rms16_new, rms_inv_new = to_half(rms, noise_rms)
+    rms16_new, rms_inv_new = to_half_keyed(rms, keys_rms)
     rms = rms16_new.float() * rms_inv_new  # the stored RMS: the update and the ratio divide by it
     weight = weight * decay - exp_avg / (rms / bias_correction2_sqrt + eps) * step_size
-    weight16_new, weight_inv_new = to_half(weight, noise_weight)
+    weight16_new, weight_inv_new = to_half_keyed(weight, keys_weight)
     ratio = torch.where(rms > 0, exp_avg / rms, 0.0)
     limit = fp8_max(MOMENT_DTYPE)
     ratio_scale = torch.nan_to_num(limit / ratio.abs().amax(), posinf=torch.finfo(torch.float32).max)
-    ratio8_new = stochastic_round(ratio * ratio_scale, noise_ratio, _FP8_DROPPED_BITS).clamp(-limit, limit).to(MOMENT_DTYPE)
+    ratio_noise = noise(ratio, keys_ratio, _FP8_DROPPED_BITS)
+    ratio8_new = stochastic_round(ratio * ratio_scale, ratio_noise, _FP8_DROPPED_BITS).clamp(-limit, limit).to(MOMENT_DTYPE)
     return weight16_new, weight_inv_new, rms16_new, rms_inv_new, ratio8_new, ratio_scale.reciprocal()
 
 
@@ -63,7 +64,7 @@ def _compiled() -> Callable[..., tuple[torch.Tensor, ...]]:
     n = 16
     examples = [
         torch.zeros(n, dtype=torch.float16), torch.zeros(n), torch.zeros(n, dtype=torch.float16),
-        torch.zeros(n, dtype=MOMENT_DTYPE), torch.zeros(n), torch.zeros(n), torch.zeros(n),
+        torch.zeros(n, dtype=MOMENT_DTYPE), *(torch.zeros(2, dtype=torch.int32) for _ in range(3)),
         *(torch.ones(()) for _ in range(_SCALARS)),
     ]
     return fused.compile_kernel(_kernel, examples)
@@ -85,12 +86,11 @@ def adam_step(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor
     assert generator is not None
     storage = param.storage
     step = state["step"] + 1
-    count, device = grad.numel(), grad.device
-    noise = [random_low_bits(count, bits, generator, device).float() for bits in (HALF_DROPPED_BITS, HALF_DROPPED_BITS, _FP8_DROPPED_BITS)]
+    keys = [random_keys(generator) for _ in range(3)]  # the rms's, the weight's, the ratio's: the eager order
     scalars = _scalars(hyper, step, storage.scale_inv, state)
     outputs = _compiled()(
         param.param.data.reshape(-1), grad.reshape(-1), state["exp_avg_sq_sqrt"].reshape(-1),
-        state["exp_avg_ratio"].reshape(-1), *noise, *scalars,
+        state["exp_avg_ratio"].reshape(-1), *keys, *scalars,
     )
     weight16, weight_inv, rms16, rms_inv, ratio8, ratio_inv = outputs
     shape = grad.shape

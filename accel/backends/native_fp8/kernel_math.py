@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from accel.backends.native_fp8.formats import E4M3, E5M2
-from accel.backends.native_fp8.rounding import HALF_DROPPED_BITS, HALF_TARGET_EXPONENT
+from accel.backends.native_fp8.rounding import HALF_DROPPED_BITS, HALF_TARGET_EXPONENT, hashed_bits
 
 SPLIT_LIMIT = 2.0**20
 """Magnitudes are clamped here before rounding: above every FP8 maximum, far below overflow in the split."""
@@ -74,7 +74,18 @@ def pow2_scale(amax: torch.Tensor) -> torch.Tensor:
     return torch.where(usable, scale, torch.ones_like(amax))
 
 
+def noise(value: torch.Tensor, keys: torch.Tensor, dropped: int) -> torch.Tensor:
+    """rounding.random_low_bits for the elements of 1-D ``value``, under ``keys``, as float32
+    integers: computed inside the kernel's loop, where the eager code draws them beforehand."""
+    return hashed_bits(value.numel(), keys, dropped).float()
+
+
 def to_half(value: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(float16 storage, scale_inv) of float32 ``value``, stochastically rounded (weights.HalfWeight.encode)."""
     scale = pow2_scale(value.abs().amax())
     return stochastic_round(value * scale, noise, HALF_DROPPED_BITS).to(torch.float16), scale.reciprocal()
+
+
+def to_half_keyed(value: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`to_half` with the random bits of ``keys`` (rounding.random_keys)."""
+    return to_half(value, noise(value, keys, HALF_DROPPED_BITS))

@@ -6,7 +6,9 @@ their gradients in FP8 (compact.py). They differ in who updates those parameters
 * **O1** works with any optimizer. For the step, the compact parameters are materialised
   (float32 values in ``param.data``, float32 gradients in ``param.grad``), the user's
   optimizer steps them like any other parameter (its state is created in float32), and
-  the updated values are rounded back into storage stochastically.
+  the updated values are rounded back into storage stochastically. With torch's own Adam or
+  AdamW on the CPU, those three stages are one fused kernel per parameter (fused_o1_adam.py),
+  with the same state and the same random bits.
 * **O2** needs torch's Adam or AdamW. The user's optimizer steps the other parameters; the
   compact ones are updated by adam.adam_step with an FP8 first moment and a float16 second
   moment, read from and written to the same optimizer's ``state``, with the hyperparameters
@@ -20,9 +22,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from accel.backends.native_fp8 import fused_adam
+from accel.backends.native_fp8 import fused_adam, fused_o1_adam
 from accel.backends.native_fp8.adam import AdamHyper, adam_step
-from accel.backends.native_fp8.compact import CompactGroup
+from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
 
 Closure = Callable[[], Any] | None
 
@@ -46,12 +48,27 @@ class O1(OptimizationLevel):
     name = "O1"
 
     def step(self, optimizer: torch.optim.Optimizer, group: CompactGroup) -> None:
-        group.materialise()
+        fusable = fused_o1_adam.accepts(optimizer)
+        state = optimizer.state
+        fused_params: list[tuple[CompactParameter, torch.Tensor, int]] = []
+        for param, index, grad in zip(group.params, group.group_index, group.collect_gradients()):
+            if fusable and (grad is not None or param.param.grad is not None):
+                grad = param.take_gradient(grad)
+                assert grad is not None
+                if fused_o1_adam.supports(param, state[param.param], grad):
+                    fused_params.append((param, grad, index))
+                    continue
+            param.materialise(grad)  # the optimizer steps it below, like any parameter
         try:
             optimizer.step()
         except BaseException:
             group.discard()
             raise
+        if fused_params:
+            decoupled = isinstance(optimizer, torch.optim.AdamW)
+            hypers = [AdamHyper.of(param_group, decoupled) for param_group in optimizer.param_groups]
+            for param, grad, index in fused_params:
+                fused_o1_adam.adam_step(param, state[param.param], grad, hypers[index])
         group.finish_step()
 
 
