@@ -61,6 +61,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Clear gradients, on sync micro-batches only (accumulation keeps them otherwise)."""
         if self._gradients.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
+            self._backend.zero_grad(self.optimizer)
 
     def unscale_gradients(self) -> None:
         """Bring gradients to their true scale; a second call before the next step does nothing."""

@@ -125,6 +125,10 @@ class PrecisionBackend:
         MS-AMP's parameters need MS-AMP's."""
         return nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the gradients of `optimizer`'s parameters that this backend holds outside `param.grad`
+        (after torch's own zero_grad). Default: it holds none."""
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         """Step `optimizer`; return False when the step was skipped (inf/NaN gradients)."""
         optimizer.step(closure) if closure is not None else optimizer.step()

@@ -227,6 +227,13 @@ class NativeFP8(FP8Backend):
         if self._scaled:
             self._unscale_scaled(optimizer, group)
 
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the FP8 gradients of the optimizer's compact parameters, as torch drops ``param.grad``:
+        a backward followed by zero_grad() and no step leaves nothing for the next step."""
+        group = self._groups.get(id(optimizer))
+        if group is not None:
+            group.drop_gradients()
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         group = self._groups.get(id(optimizer))
         if group is not None and not len(group):

@@ -398,3 +398,23 @@ def test_optimizer_state_survives_a_weights_only_round_trip(tmp_path: Path) -> N
         fresh_optimizer.load_state_dict(torch.load(tmp_path / "optimizer.pt", weights_only=True))
         assert same_bits(optimizer_tensors(model, optimizer), optimizer_tensors(fresh_model, fresh_optimizer))
 
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+@pytest.mark.parametrize("clip", [False, True], ids=["plain", "clipped"])
+def test_zero_grad_drops_the_fp8_gradients_as_torch_drops_param_grad(level: str, clip: bool) -> None:
+    """backward, zero_grad() and no step: the next step sees only the gradients written after it."""
+    def run(dropped_first: bool) -> list[torch.Tensor]:
+        accelerator, model, optimizer = prepared(level)
+        tokens, labels = data()
+        if dropped_first:
+            accelerator.backward(nn.functional.cross_entropy(model(tokens), (labels + 1) % 10) * 100)
+            if clip:
+                accelerator.clip_grad_norm_(model.parameters(), 1.0)  # materialises weights and gradients
+            optimizer.zero_grad()
+        accelerator.backward(nn.functional.cross_entropy(model(tokens), labels))
+        optimizer.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    for kept, clean in zip(run(dropped_first=True), run(dropped_first=False), strict=True):
+        assert torch.equal(kept, clean)

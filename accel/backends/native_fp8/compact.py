@@ -137,6 +137,13 @@ class CompactGroup:
         for param in self.params:
             param.finish_step(param.param.grad is not None)
 
+    def drop_gradients(self) -> None:
+        """zero_grad(): the FP8 gradients written since the last step are dropped (materialised
+        values, from clipping, go back to their storage untouched)."""
+        for param in self.params:
+            if param.grad.data is not None or param.storage.materialised:
+                param.finish_step(False)
+
     def discard(self) -> None:
         """A skipped step: storage as it was, gradients dropped."""
         for param in self.params:
