@@ -10,12 +10,32 @@ back, discarding a skipped step) over all of its compact parameters.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 import torch
 
 from accel.backends.native_fp8.distributed import average, world_size
 from accel.backends.native_fp8.grads import FP8Gradient
+from accel.backends.native_fp8.rounding import fp8_to_float
 from accel.backends.native_fp8.weights import HalfWeight
+
+
+class StepGradient(NamedTuple):
+    """A parameter's gradient for the optimizer step: ``values * scale_inv``, where ``values`` is the
+    FP8 store's own tensor (a fused kernel decodes it in its loop) or float32 with ``scale_inv`` 1."""
+
+    values: torch.Tensor
+    scale_inv: torch.Tensor
+
+    @classmethod
+    def of(cls, grad: torch.Tensor) -> StepGradient:
+        return cls(grad, torch.ones((), dtype=torch.float32, device=grad.device))
+
+    def real(self) -> torch.Tensor:
+        """The gradient in float32 (``values`` itself when it is float32)."""
+        if self.values.dtype == torch.float32:
+            return self.values
+        return fp8_to_float(self.values, self.scale_inv)
 
 
 class CompactParameter:
@@ -131,6 +151,22 @@ class CompactGroup:
     def take_gradients(self) -> list[torch.Tensor | None]:
         """Every parameter's float32 gradient of the step (see CompactParameter.take_gradient)."""
         return [param.take_gradient(grad) for param, grad in zip(self.params, self.collect_gradients())]
+
+    def take_step_gradients(self) -> list[StepGradient | None]:
+        """:meth:`take_gradients`, leaving the FP8 gradients undecoded where nothing else touched
+        them (one process, not materialised for clipping): the fused steps read them as they are."""
+        if world_size() > 1:
+            return [None if grad is None else StepGradient.of(grad) for grad in self.take_gradients()]
+        grads: list[StepGradient | None] = []
+        for param in self.params:
+            store = param.grad
+            if param.param.grad is None and store.data is not None:
+                grads.append(StepGradient(store.data, store.scale_inv))
+                store.data = None
+                continue
+            grad = param.take_gradient(store.take())
+            grads.append(None if grad is None else StepGradient.of(grad))
+        return grads
 
     def finish_step(self) -> None:
         """After the optimizer ran on materialised parameters: store those it updated (had a gradient)."""

@@ -24,14 +24,15 @@ import torch
 
 from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import MOMENT_DTYPE, AdamHyper
-from accel.backends.native_fp8.compact import CompactParameter
+from accel.backends.native_fp8.compact import CompactParameter, StepGradient
+from accel.backends.native_fp8.grads import GRADIENT_DTYPE
 from accel.backends.native_fp8.formats import fp8_max
 from accel.backends.native_fp8.kernel_math import noise, stochastic_round, to_half_keyed
 from accel.backends.native_fp8.rounding import FP8_DROPPED_BITS, random_keys
 
 _FP8_DROPPED_BITS = FP8_DROPPED_BITS[MOMENT_DTYPE]
 """float32 has 23 mantissa bits, E4M3 3: stochastic rounding to E4M3 draws 20 random bits."""
-_SCALARS = 12
+_SCALARS = 13
 """0-dim inputs of the kernel (see :func:`adam_step`)."""
 
 
@@ -40,10 +41,10 @@ def _kernel(
     keys_rms: torch.Tensor, keys_weight: torch.Tensor, keys_ratio: torch.Tensor, *scalars: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
     """adam.adam_step's arithmetic on 1-D tensors; returns the new storage and their scale_invs."""
-    (weight_inv, rms_inv, ratio_inv, sign, l2, one_minus_beta1, beta2, one_minus_beta2, decay,
+    (grad_inv, weight_inv, rms_inv, ratio_inv, sign, l2, one_minus_beta1, beta2, one_minus_beta2, decay,
      bias_correction2_sqrt, eps, step_size) = scalars
     weight = weight16.float() * weight_inv
-    grad = grad * sign + l2 * weight
+    grad = grad.float() * grad_inv * sign + l2 * weight
     rms = rms16.float() * rms_inv
     exp_avg = torch.lerp(ratio8.float() * ratio_inv * rms, grad, one_minus_beta1)
     rms = torch.sqrt(rms * rms * beta2 + one_minus_beta2 * grad * grad)
@@ -60,10 +61,11 @@ def _kernel(
 
 
 @functools.cache
-def _compiled() -> Callable[..., tuple[torch.Tensor, ...]]:
+def _compiled(grad_dtype: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The kernel for gradients in ``grad_dtype``: the FP8 store's (decoded in the loop), or float32."""
     n = 16
     examples = [
-        torch.zeros(n, dtype=torch.float16), torch.zeros(n), torch.zeros(n, dtype=torch.float16),
+        torch.zeros(n, dtype=torch.float16), torch.zeros(n, dtype=grad_dtype), torch.zeros(n, dtype=torch.float16),
         torch.zeros(n, dtype=MOMENT_DTYPE), *(torch.zeros(2, dtype=torch.int32) for _ in range(3)),
         *(torch.ones(()) for _ in range(_SCALARS)),
     ]
@@ -71,29 +73,30 @@ def _compiled() -> Callable[..., tuple[torch.Tensor, ...]]:
 
 
 def supports(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor) -> bool:
-    """Can :func:`adam_step` run this step: a CPU parameter with its O2 state, rounding
-    stochastically, where the fused kernels run."""
+    """Can :func:`adam_step` run this step with gradient values ``grad`` (FP8 or float32): a CPU
+    parameter with its O2 state, rounding stochastically, where the fused kernels run."""
     return (
         param.generator is not None and grad.device.type == "cpu" and "exp_avg_ratio" in state
+        and grad.dtype in (torch.float32, GRADIENT_DTYPE)
         and not param.storage.materialised and grad.is_contiguous() and param.param.data.is_contiguous()
         and fused.available()
     )
 
 
-def adam_step(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor, hyper: AdamHyper) -> None:
-    """adam.adam_step in one kernel (see :func:`supports`)."""
+def adam_step(param: CompactParameter, state: dict[str, Any], grad: StepGradient, hyper: AdamHyper) -> None:
+    """adam.adam_step in one kernel (see :func:`supports`), reading FP8 gradients as they are stored."""
     generator = param.generator
     assert generator is not None
     storage = param.storage
     step = state["step"] + 1
     keys = [random_keys(generator) for _ in range(3)]  # the rms's, the weight's, the ratio's: the eager order
     scalars = _scalars(hyper, step, storage.scale_inv, state)
-    outputs = _compiled()(
-        param.param.data.reshape(-1), grad.reshape(-1), state["exp_avg_sq_sqrt"].reshape(-1),
-        state["exp_avg_ratio"].reshape(-1), *keys, *scalars,
+    outputs = _compiled(grad.values.dtype)(
+        param.param.data.reshape(-1), grad.values.reshape(-1), state["exp_avg_sq_sqrt"].reshape(-1),
+        state["exp_avg_ratio"].reshape(-1), *keys, grad.scale_inv, *scalars,
     )
     weight16, weight_inv, rms16, rms_inv, ratio8, ratio_inv = outputs
-    shape = grad.shape
+    shape = grad.values.shape
     storage.store_encoded(weight16.view(shape), weight_inv)
     state["exp_avg_sq_sqrt"], state["exp_avg_sq_sqrt_scale_inv"] = rms16.view(shape), rms_inv
     state["exp_avg_ratio"], state["exp_avg_ratio_scale_inv"] = ratio8.view(shape), ratio_inv

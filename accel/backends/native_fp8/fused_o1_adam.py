@@ -33,7 +33,8 @@ from torch.optim.optimizer import _global_optimizer_pre_hooks
 
 from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import AdamHyper
-from accel.backends.native_fp8.compact import CompactParameter
+from accel.backends.native_fp8.compact import CompactParameter, StepGradient
+from accel.backends.native_fp8.grads import GRADIENT_DTYPE
 from accel.backends.native_fp8.kernel_math import to_half_keyed
 from accel.backends.native_fp8.rounding import random_keys
 
@@ -43,12 +44,13 @@ _HYPER = ("sign", "l2", "decay", "one_minus_beta1", "beta2", "one_minus_beta2", 
 
 def _kernel(
     weight: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-    keys: torch.Tensor, weight_inv: torch.Tensor, hyper: torch.Tensor,
+    keys: torch.Tensor, weight_inv: torch.Tensor, grad_inv: torch.Tensor, hyper: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
-    """torch's _single_tensor_adam on the real weights ``weight * weight_inv``, then HalfWeight.encode."""
+    """torch's _single_tensor_adam on the real weights ``weight * weight_inv`` with the real gradient
+    ``grad * grad_inv`` (FP8 or float32), then HalfWeight.encode."""
     sign, l2, decay, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size = hyper.unbind()
     value = weight.float() * weight_inv
-    grad = grad * sign + l2 * value  # maximize; Adam's L2 term (0 for AdamW)
+    grad = grad.float() * grad_inv * sign + l2 * value  # maximize; Adam's L2 term (0 for AdamW)
     value = value * decay  # AdamW's decoupled decay (1 for Adam)
     exp_avg = torch.lerp(exp_avg, grad, one_minus_beta1)
     exp_avg_sq = exp_avg_sq * beta2 + one_minus_beta2 * (grad * grad)
@@ -59,12 +61,13 @@ def _kernel(
 
 
 @functools.cache
-def _compiled(weight_dtype: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """The kernel for weights in ``weight_dtype``: float16 storage, or float32 once materialised (clipping)."""
+def _compiled(weight_dtype: torch.dtype, grad_dtype: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The kernel for weights in ``weight_dtype`` (float16 storage, or float32 once materialised for
+    clipping) and gradients in ``grad_dtype`` (the FP8 store's, or float32)."""
     n = 16
     examples = [
-        torch.zeros(n, dtype=weight_dtype), torch.zeros(n), torch.zeros(n), torch.zeros(n), torch.zeros(2, dtype=torch.int32),
-        torch.ones(()), torch.ones(len(_HYPER)),
+        torch.zeros(n, dtype=weight_dtype), torch.zeros(n, dtype=grad_dtype), torch.zeros(n), torch.zeros(n),
+        torch.zeros(2, dtype=torch.int32), torch.ones(()), torch.ones(()), torch.ones(len(_HYPER)),
     ]
     return fused.compile_kernel(_kernel, examples)
 
@@ -82,12 +85,14 @@ def accepts(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def supports(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor) -> bool:
-    """Can :func:`adam_step` update ``param`` with ``grad``: on the CPU, rounding stochastically,
-    contiguous, its state (if any) torch's float32 moments, where the fused kernels run."""
+    """Can :func:`adam_step` update ``param`` with gradient values ``grad`` (FP8 or float32): on the
+    CPU, rounding stochastically, contiguous, its state (if any) torch's float32 moments, where the
+    fused kernels run."""
     data = param.param.data
     return (
         param.generator is not None and grad.device.type == "cpu" and data.device.type == "cpu"
         and grad.is_contiguous() and data.is_contiguous() and data.dtype in (torch.float16, torch.float32)
+        and grad.dtype in (torch.float32, GRADIENT_DTYPE)
         and (not state or all(_is_moment(state.get(key), data) for key in ("exp_avg", "exp_avg_sq")))
         and fused.available()
     )
@@ -121,8 +126,8 @@ def group_scalars(hyper: AdamHyper, step: float) -> torch.Tensor:
     return torch.tensor([values[name] for name in _HYPER], dtype=torch.float32)
 
 
-def adam_step(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor, hyper: AdamHyper) -> None:
-    """One Adam(W) step of compact ``param`` with float32 ``grad``, its torch state in ``state``
+def adam_step(param: CompactParameter, state: dict[str, Any], grad: StepGradient, hyper: AdamHyper) -> None:
+    """One Adam(W) step of compact ``param`` with ``grad``, its torch state in ``state``
     (created as torch creates it on the first step); the new weights go into its storage."""
     generator = param.generator
     assert generator is not None
@@ -132,9 +137,9 @@ def adam_step(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor
         state["exp_avg"] = torch.zeros_like(data, dtype=torch.float32)
         state["exp_avg_sq"] = torch.zeros_like(data, dtype=torch.float32)
     step = state["step"].add_(1)
-    stored, scale_inv, exp_avg, exp_avg_sq = _compiled(data.dtype)(
-        data.reshape(-1), grad.reshape(-1), state["exp_avg"].reshape(-1), state["exp_avg_sq"].reshape(-1), random_keys(generator),
-        param.storage.data_scale_inv, group_scalars(hyper, float(step)),
+    stored, scale_inv, exp_avg, exp_avg_sq = _compiled(data.dtype, grad.values.dtype)(
+        data.reshape(-1), grad.values.reshape(-1), state["exp_avg"].reshape(-1), state["exp_avg_sq"].reshape(-1),
+        random_keys(generator), param.storage.data_scale_inv, grad.scale_inv, group_scalars(hyper, float(step)),
     )
     param.storage.store_encoded(stored.view(data.shape), scale_inv)
     state["exp_avg"], state["exp_avg_sq"] = exp_avg.view(data.shape), exp_avg_sq.view(data.shape)

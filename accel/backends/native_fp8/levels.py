@@ -24,7 +24,7 @@ import torch
 
 from accel.backends.native_fp8 import fused_adam, fused_o1_adam
 from accel.backends.native_fp8.adam import AdamHyper, adam_step
-from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
+from accel.backends.native_fp8.compact import CompactGroup, CompactParameter, StepGradient
 
 Closure = Callable[[], Any] | None
 
@@ -48,28 +48,40 @@ class O1(OptimizationLevel):
     name = "O1"
 
     def step(self, optimizer: torch.optim.Optimizer, group: CompactGroup) -> None:
-        fusable = fused_o1_adam.accepts(optimizer)
+        if not fused_o1_adam.accepts(optimizer):
+            group.materialise()
+            self._step_materialised(optimizer, group, group.params)
+            return
         state = optimizer.state
-        fused_params: list[tuple[CompactParameter, torch.Tensor, int]] = []
-        for param, index, grad in zip(group.params, group.group_index, group.collect_gradients()):
-            if fusable and (grad is not None or param.param.grad is not None):
-                grad = param.take_gradient(grad)
-                assert grad is not None
-                if fused_o1_adam.supports(param, state[param.param], grad):
-                    fused_params.append((param, grad, index))
-                    continue
-            param.materialise(grad)  # the optimizer steps it below, like any parameter
-        try:
-            optimizer.step()
-        except BaseException:
-            group.discard()
-            raise
+        fused_params: list[tuple[CompactParameter, StepGradient, int]] = []
+        materialised: list[CompactParameter] = []
+        for param, index, grad in zip(group.params, group.group_index, group.take_step_gradients()):
+            if grad is not None and fused_o1_adam.supports(param, state[param.param], grad.values):
+                fused_params.append((param, grad, index))
+            else:
+                param.materialise(None if grad is None else grad.real())  # the optimizer steps it below
+                materialised.append(param)
+        self._step_materialised(optimizer, group, materialised)
         if fused_params:
             decoupled = isinstance(optimizer, torch.optim.AdamW)
             hypers = [AdamHyper.of(param_group, decoupled) for param_group in optimizer.param_groups]
             for param, grad, index in fused_params:
                 fused_o1_adam.adam_step(param, state[param.param], grad, hypers[index])
-        group.finish_step()
+                param.finish_step(False)  # stored already: this ends the gradient's step
+
+    @staticmethod
+    def _step_materialised(
+        optimizer: torch.optim.Optimizer, group: CompactGroup, materialised: list[CompactParameter]
+    ) -> None:
+        """The user's optimizer steps (the ``materialised`` compact parameters among the others); then
+        what it updated is rounded back into storage. If it raises, the whole group's step is discarded."""
+        try:
+            optimizer.step()
+        except BaseException:
+            group.discard()
+            raise
+        for param in materialised:
+            param.finish_step(param.param.grad is not None)
 
 
 class O2(OptimizationLevel):
@@ -95,7 +107,7 @@ class O2(OptimizationLevel):
                 )
 
     def step(self, optimizer: torch.optim.Optimizer, group: CompactGroup) -> None:
-        grads = group.take_gradients()
+        grads = group.take_step_gradients()
         optimizer.step()
         decoupled = isinstance(optimizer, torch.optim.AdamW)
         hypers = [AdamHyper.of(param_group, decoupled) for param_group in optimizer.param_groups]
@@ -103,8 +115,10 @@ class O2(OptimizationLevel):
         for param, index, grad in zip(group.params, group.group_index, grads):
             if grad is not None:
                 param_state = state[param.param]
-                step = fused_adam.adam_step if fused_adam.supports(param, param_state, grad) else adam_step
-                step(param, param_state, grad, hypers[index])
+                if fused_adam.supports(param, param_state, grad.values):
+                    fused_adam.adam_step(param, param_state, grad, hypers[index])
+                else:
+                    adam_step(param, param_state, grad.real(), hypers[index])
             param.finish_step(grad is not None)
 
 

@@ -10,7 +10,8 @@ import torch
 
 from accel.backends.native_fp8 import fused, fused_adam
 from accel.backends.native_fp8.adam import AdamHyper, adam_step
-from accel.backends.native_fp8.compact import CompactParameter
+from accel.backends.native_fp8.compact import CompactParameter, StepGradient
+from accel.backends.native_fp8.grads import FP8Gradient
 from accel.backends.native_fp8 import kernel_math, rounding
 from accel.backends.native_fp8.kernel_math import stochastic_round
 from accel.backends.native_fp8.rounding import random_low_bits, stochastic_truncate_
@@ -44,7 +45,7 @@ def test_one_step_stores_what_the_eager_step_stores(hyper: AdamHyper) -> None:
     eager, fast = copy.deepcopy((param, state)), copy.deepcopy((param, state))
     assert fused_adam.supports(fast[0], fast[1], grad)
     adam_step(eager[0], eager[1], grad.clone(), hyper)
-    fused_adam.adam_step(fast[0], fast[1], grad.clone(), hyper)
+    fused_adam.adam_step(fast[0], fast[1], StepGradient.of(grad.clone()), hyper)
     pairs = [
         (eager[0].param.data, fast[0].param.data),
         (eager[1]["exp_avg_sq_sqrt"], fast[1]["exp_avg_sq_sqrt"]),
@@ -60,6 +61,24 @@ def test_one_step_stores_what_the_eager_step_stores(hyper: AdamHyper) -> None:
     assert eager[1]["step"].item() == fast[1]["step"].item() == 4.0
     # the same random bits were drawn: the generators stay in step
     assert torch.equal(eager[0].generator.get_state(), fast[0].generator.get_state())  # type: ignore[union-attr]
+
+
+def test_an_fp8_gradient_read_in_the_kernel_is_its_float32_decoding() -> None:
+    """The step reads the FP8 gradient store as it is; the result is that of its float32 decoding."""
+    param, state = _warm_parameter(2)
+    store = FP8Gradient(torch.device("cpu"))
+    store.add(torch.randn(96, 130) * 1e-3)
+    assert store.data is not None
+    as_fp8 = StepGradient(store.data, store.scale_inv)
+    decoded = StepGradient.of(as_fp8.real())
+    results = []
+    for grad in (as_fp8, decoded):
+        copy_param, copy_state = copy.deepcopy((param, state))
+        assert fused_adam.supports(copy_param, copy_state, grad.values)
+        fused_adam.adam_step(copy_param, copy_state, grad, ADAMW)
+        results.append((copy_param.param.data, copy_state["exp_avg_sq_sqrt"], copy_state["exp_avg_ratio"]))
+    for a, b in zip(*results):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 @pytest.mark.parametrize("dropped", [13, 20])

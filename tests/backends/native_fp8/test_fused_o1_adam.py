@@ -11,7 +11,8 @@ import torch
 from accel import Accelerator, FP8RecipeKwargs
 from accel.backends.native_fp8 import fused, fused_o1_adam
 from accel.backends.native_fp8.adam import AdamHyper
-from accel.backends.native_fp8.compact import CompactParameter
+from accel.backends.native_fp8.compact import CompactParameter, StepGradient
+from accel.backends.native_fp8.grads import FP8Gradient
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels: {fused.status()}")
 
@@ -46,7 +47,7 @@ def test_one_step_is_the_eager_step(case: str) -> None:
     state = fast_opt.state[fast.param]
     assert fused_o1_adam.accepts(fast_opt) and fused_o1_adam.supports(fast, state, grad)
     hyper = AdamHyper.of(fast_opt.param_groups[0], isinstance(fast_opt, torch.optim.AdamW))
-    fused_o1_adam.adam_step(fast, state, grad.clone(), hyper)
+    fused_o1_adam.adam_step(fast, state, StepGradient.of(grad.clone()), hyper)
     want, got = eager.param.data, fast.param.data
     assert got.dtype == want.dtype == torch.float16
     differ = (want != got).float().mean().item()
@@ -63,13 +64,31 @@ def test_one_step_is_the_eager_step(case: str) -> None:
     assert torch.equal(eager.generator.get_state(), fast.generator.get_state())  # type: ignore[union-attr]
 
 
+def test_an_fp8_gradient_read_in_the_kernel_is_its_float32_decoding() -> None:
+    (param, optimizer), _, grad = _pair("adamw")
+    store = FP8Gradient(torch.device("cpu"))
+    store.add(grad)
+    assert store.data is not None
+    as_fp8 = StepGradient(store.data, store.scale_inv)
+    hyper = AdamHyper.of(optimizer.param_groups[0], True)
+    results = []
+    for step_grad in (as_fp8, StepGradient.of(as_fp8.real())):
+        copy_param, copy_optimizer = copy.deepcopy((param, optimizer))
+        state = copy_optimizer.state[copy_param.param]
+        assert fused_o1_adam.supports(copy_param, state, step_grad.values)
+        fused_o1_adam.adam_step(copy_param, state, step_grad, hyper)
+        results.append((copy_param.param.data, state["exp_avg"], state["exp_avg_sq"]))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_it_creates_torchs_state_on_the_first_step() -> None:
     param = CompactParameter(torch.nn.Parameter(torch.randn(8, 16)), torch.Generator().manual_seed(0))
     optimizer = torch.optim.AdamW([param.param], lr=1e-2)
     state = optimizer.state[param.param]
     hyper = AdamHyper.of(optimizer.param_groups[0], True)
     before = param.storage.value()
-    fused_o1_adam.adam_step(param, state, torch.ones(8, 16), hyper)
+    fused_o1_adam.adam_step(param, state, StepGradient.of(torch.ones(8, 16)), hyper)
     assert state["step"].item() == 1.0 and state["step"].dtype == torch.float32 and state["step"].dim() == 0
     torch.testing.assert_close(state["exp_avg"], torch.full((8, 16), 0.1))
     # Adam's first step moves every weight by lr (times 1 - lr * wd decay) against the gradient's sign
