@@ -32,9 +32,9 @@ def _update_together(scalers: list[TensorScaler]) -> None:
     delayed = torch.tensor([s.scaling == "delayed" for s in scalers], device=amax.device)
     scale = torch.where(delayed, scale, previous)
     calibrated = torch.stack([s.calibrated for s in scalers]) | (finite & (amax > 0))
-    # Each scaler gets tensors of its own (clones, not views of the stacks), as its update would.
-    for scaler, row, new_scale, flag in zip(scalers, history, scale, calibrated):
-        scaler.amax_history, scaler.scale, scaler.calibrated = row.clone(), new_scale.clone(), flag.clone()
+    # Each scaler gets its rows of the stacks (views: a checkpoint's state_dict copies them out).
+    for scaler, row, new_scale, flag in zip(scalers, history.unbind(), scale.unbind(), calibrated.unbind()):
+        scaler.amax_history, scaler.scale, scaler.calibrated = row, new_scale, flag
         scaler.last_amax = scaler.step_amax
         scaler.step_amax = scaler._zero
         if scaler.count_stats:

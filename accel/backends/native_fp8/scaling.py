@@ -300,8 +300,9 @@ class TensorScaler:
         return stats
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The state to checkpoint: tensors only (``torch.load(weights_only=True)`` reads it)."""
-        return {key: getattr(self, key) for key in STATE_KEYS}
+        """The state to checkpoint: tensors only (``torch.load(weights_only=True)`` reads it), copies
+        (between steps a scaler's tensors are views of the model-wide stacks, see scaler_group.py)."""
+        return {key: getattr(self, key).clone() for key in STATE_KEYS}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned; raises ValueError on a mismatch."""
