@@ -88,7 +88,9 @@ def weight_gradient_product(
     on the CPU the operands' product and the factor that dequantizes it, applied by the store in
     the pass that casts it; elsewhere dW in float32 and None."""
     if g.device.type == "cpu":
-        with torch.autocast("cpu", enabled=False):
+        if not torch.is_autocast_enabled("cpu"):
+            return torch.mm(g.t(), x), g_inv * x_inv
+        with torch.autocast("cpu", enabled=False):  # it would cast the operands to its dtype
             return torch.mm(g.t(), x), g_inv * x_inv
     return weight_gradient(g, x, g_inv, x_inv, torch.float32), None
 
