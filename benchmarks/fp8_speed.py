@@ -8,11 +8,14 @@ its steps. Printed per variant: the min and median over rounds (wall and process
 round's ratio to bf16 mixed (min, median, max), and the loss after the last step.
 
 On a CPU without native bf16 matrix instructions the ratios are taken against fp32, and the
-16-bit variants there take about 100x longer: use --rounds 1 --steps 2.
+16-bit variants there take about 100x longer: use --rounds 1 --steps 2. ``--float32_products``
+measures what such a CPU runs on one that has them: the bf16 checks report False, so the FP8
+products run in float32, and FP8 runs on base_precision='fp32' against fp32 (no bf16 variant).
 
     python benchmarks/fp8_speed.py                       # both models, 5 rounds of 6 steps
     python benchmarks/fp8_speed.py --model gpt --threads 1
     python benchmarks/fp8_speed.py --model llama --llama_width 1024   # wider: the GEMMs weigh more
+    python benchmarks/fp8_speed.py --float32_products --threads 1     # the path of AVX2-only CPUs
 """
 
 from __future__ import annotations
@@ -47,11 +50,19 @@ VARIANTS: dict[str, tuple[str, str | None]] = {
     "fp8 native O2": ("fp8", "O2"),
 }
 """name: (mixed_precision, FP8 optimization level); FP8 runs on its default base, bf16 mixed."""
+FLOAT32_VARIANTS: dict[str, tuple[str, str | None]] = {
+    "fp32": ("no", None),
+    "fp8 native O1": ("fp8", "O1"),
+    "fp8 native O2": ("fp8", "O2"),
+}
+"""--float32_products: FP8 on base_precision='fp32', against fp32."""
 
 
-def make_step(model_name: str, mixed_precision: str, level: str | None, width: int = 256) -> Callable[[int], float]:
+def make_step(
+    model_name: str, mixed_precision: str, level: str | None, width: int = 256, base: str = "bf16"
+) -> Callable[[int], float]:
     """A function running training step i (forward, backward, AdamW step, zero_grad); returns the loss."""
-    handlers = [] if level is None else [FP8RecipeKwargs(backend="native", optimization_level=level)]
+    handlers = [] if level is None else [FP8RecipeKwargs(backend="native", optimization_level=level, base_precision=base)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "bf16 is slow on this CPU": measured here on purpose
         accelerator = Accelerator(mixed_precision=mixed_precision, cpu=True, kwarg_handlers=handlers)
@@ -77,8 +88,9 @@ def make_step(model_name: str, mixed_precision: str, level: str | None, width: i
     return step
 
 
-def measure(model_name: str, rounds: int, steps: int, width: int = 256) -> None:
-    runs = {name: make_step(model_name, *variant, width=width) for name, variant in VARIANTS.items()}
+def measure(model_name: str, rounds: int, steps: int, width: int = 256, float32_products: bool = False) -> None:
+    variants, base = (FLOAT32_VARIANTS, "fp32") if float32_products else (VARIANTS, "bf16")
+    runs = {name: make_step(model_name, *variant, width=width, base=base) for name, variant in variants.items()}
     done = dict.fromkeys(runs, 0)
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
@@ -113,14 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6, help="steps per variant and round")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--llama_width", type=int, default=256, help="the Llama's width (MLP scales with it)")
+    parser.add_argument(
+        "--float32_products", action="store_true",
+        help="pretend this CPU has no bf16 instructions (FP8 products in float32, base fp32, against fp32)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         parser.error(f"--rounds={args.rounds} and --steps={args.steps} must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.float32_products:  # before compute_dtype() first reads them (it caches its answer)
+        torch.cpu._is_avx512_bf16_supported = lambda: False  # type: ignore[attr-defined]
+        torch.cpu._is_amx_tile_supported = lambda: False  # type: ignore[attr-defined]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, FP8 products on the CPU in {compute_dtype()}")
     for model_name in ("llama", "gpt") if args.model == "both" else (args.model,):
-        measure(model_name, args.rounds, args.steps, args.llama_width)
+        measure(model_name, args.rounds, args.steps, args.llama_width, args.float32_products)
     return 0
 
 
