@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.optim.optimizer import _global_optimizer_pre_hooks
+from torch.optim import optimizer as torch_optimizer
 
 from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import AdamHyper
@@ -76,8 +76,8 @@ def accepts(optimizer: torch.optim.Optimizer) -> bool:
     """Is ``optimizer`` exactly torch's Adam or AdamW, in a configuration :func:`adam_step` computes?"""
     if type(optimizer).step not in (torch.optim.Adam.step, torch.optim.AdamW.step):
         return False
-    if optimizer._optimizer_step_pre_hooks or _global_optimizer_pre_hooks:
-        return False
+    if getattr(optimizer, "_optimizer_step_pre_hooks", None) or getattr(torch_optimizer, "_global_optimizer_pre_hooks", None):
+        return False  # a pre-hook may read or change the gradients, which the fused step never puts in param.grad
     return not any(
         group.get("amsgrad") or group.get("capturable") or group.get("differentiable")
         for group in optimizer.param_groups
