@@ -93,16 +93,20 @@ def supports(param: CompactParameter, state: dict[str, Any], grad: torch.Tensor)
         param.generator is not None and grad.device.type == "cpu" and data.device.type == "cpu"
         and grad.is_contiguous() and data.is_contiguous() and data.dtype in (torch.float16, torch.float32)
         and grad.dtype in (torch.float32, GRADIENT_DTYPE)
-        and (not state or all(_is_moment(state.get(key), data) for key in ("exp_avg", "exp_avg_sq")))
+        and (not state or _is_torch_state(state, data))
         and fused.available()
     )
 
 
-def _is_moment(value: Any, data: torch.Tensor) -> bool:
-    """A float32 CPU tensor of ``data``'s shape, contiguous: what the kernel reads and writes."""
-    return (
+def _is_torch_state(state: dict[str, Any], data: torch.Tensor) -> bool:
+    """torch's Adam state on the CPU: a 0-dim tensor ``step``, float32 contiguous moments of ``data``'s shape."""
+    step = state.get("step")
+    if not isinstance(step, torch.Tensor) or step.dim() != 0 or step.device.type != "cpu":
+        return False
+    return all(
         isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.device.type == "cpu"
         and value.shape == data.shape and value.is_contiguous()
+        for value in (state.get("exp_avg"), state.get("exp_avg_sq"))
     )
 
 

@@ -118,6 +118,7 @@ def test_what_it_does_not_take() -> None:
     assert fused_o1_adam.supports(param, {}, grad)
     half_state = {"step": torch.tensor(1.0), "exp_avg": torch.zeros(4, 16, dtype=torch.float16), "exp_avg_sq": torch.zeros(4, 16)}
     assert not fused_o1_adam.supports(param, half_state, grad)  # not torch's float32 moments
+    assert not fused_o1_adam.supports(param, {**half_state, "exp_avg": torch.zeros(4, 16), "step": 1}, grad)  # a number
     assert not fused_o1_adam.supports(param, {}, torch.zeros(16, 4).t())  # not contiguous
     param.generator = None  # round to nearest: the eager store
     assert not fused_o1_adam.supports(param, {}, grad)
