@@ -24,6 +24,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.original = optimizer
         """The optimizer given to prepare (a backend such as MS-AMP may replace `optimizer`)."""
         self._backend = backend
+        self._drop_held_gradients = None if type(backend).zero_grad is PrecisionBackend.zero_grad else backend.zero_grad
+        """The backend's zero_grad where it holds gradients outside param.grad (native FP8 O1/O2), else None."""
         self._gradients = gradients
         self._unscaled = False
         self._step_was_skipped = False
@@ -61,7 +63,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Clear gradients, on sync micro-batches only (accumulation keeps them otherwise)."""
         if self._gradients.sync_gradients:
             self.optimizer.zero_grad(set_to_none=set_to_none)
-            self._backend.zero_grad(self.optimizer)
+            if self._drop_held_gradients is not None:
+                self._drop_held_gradients(self.optimizer)
 
     def unscale_gradients(self) -> None:
         """Bring gradients to their true scale; a second call before the next step does nothing."""
