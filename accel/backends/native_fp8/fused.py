@@ -51,16 +51,29 @@ def _operand_kernel(x: torch.Tensor, factor: torch.Tensor, fp8_dtype: torch.dtyp
     return torch.copysign(rounded, product).to(out_dtype), x.abs().amax().float()
 
 
-def _gradient_kernel(
-    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, fp8_dtype: torch.dtype
+def _delayed_operand_kernel(
+    x: torch.Tensor, scale: torch.Tensor, x_scale_inv: torch.Tensor, step_amax: torch.Tensor,
+    fp8_dtype: torch.dtype, out_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(cast_to_fp8(g, scale), max|g|, scale)`` for ``g = product * factor`` in float32 and the
-    current scale ``numerator / max|g|`` (inf made the float32 maximum): what gets compiled."""
+    """:func:`_operand_kernel` with a delayed-scaling scaler's bookkeeping: ``(operand, the step's running
+    amax with x's real amax folded in, 1 / scale)``, for ``x`` whose real values are ``x * x_scale_inv``."""
+    operand, amax = _operand_kernel(x, scale * x_scale_inv, fp8_dtype, out_dtype)
+    return operand, torch.maximum(step_amax, amax * x_scale_inv), scale.reciprocal()
+
+
+def _gradient_kernel(
+    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, step_amax: torch.Tensor,
+    fp8_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(cast_to_fp8(g, scale), max(step_amax, max|g|), 1 / scale)`` for ``g = product * factor`` in
+    float32 and the current scale ``numerator / max|g|`` (inf made the float32 maximum; the inverse
+    NaN where max|g| is not finite, as grads.FP8Gradient records it): what gets compiled."""
     grad = product.float() * factor
     amax = grad.abs().amax()
     scale = torch.nan_to_num(numerator / amax, posinf=torch.finfo(torch.float32).max)
     limit = fp8_max(fp8_dtype)
-    return (grad * scale).clamp(-limit, limit).to(fp8_dtype), amax, scale
+    scale_inv = torch.where(torch.isfinite(amax), scale.reciprocal(), torch.nan)
+    return (grad * scale).clamp(-limit, limit).to(fp8_dtype), torch.maximum(step_amax, amax), scale_inv
 
 
 def compile_kernel(
@@ -89,11 +102,11 @@ def compile_kernel(
 
 @functools.cache
 def _compiled(name: str, first_dtype: torch.dtype, *dtypes: torch.dtype) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """Kernel ``name`` ("operand", "gradient" or "half") for a 1-D first input of ``first_dtype``
+    """Kernel ``name`` ("operand", "delayed", "gradient" or "half") for a 1-D first input of ``first_dtype``
     and 0-dim float32 scalars after it (for "half", the two int32 random keys); ``dtypes`` complete its key."""
     if name == "half":
         return compile_kernel(to_half_keyed, [torch.zeros(16), torch.zeros(2, dtype=torch.int32)])
-    body, scalars = {"operand": (_operand_kernel, 1), "gradient": (_gradient_kernel, 2)}[name]
+    body, scalars = {"operand": (_operand_kernel, 1), "delayed": (_delayed_operand_kernel, 3), "gradient": (_gradient_kernel, 3)}[name]
 
     def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return body(*inputs, *dtypes)  # type: ignore[operator, no-any-return]
@@ -118,6 +131,18 @@ def quantize_operand(
     return operand.view(x.shape), amax
 
 
+def quantize_operand_delayed(
+    x: torch.Tensor, scale: torch.Tensor, x_scale_inv: torch.Tensor, step_amax: torch.Tensor,
+    fp8_dtype: torch.dtype, out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`quantize_operand` for a calibrated delayed-scaling scaler, its bookkeeping in the same call:
+    ``(operand, max(step_amax, max|x| * x_scale_inv), 1 / scale)`` (see scaling.TensorScaler)."""
+    operand, amax, scale_inv = _compiled("delayed", x.dtype, fp8_dtype, out_dtype)(
+        x.reshape(-1), scale, x_scale_inv, step_amax
+    )
+    return operand.view(x.shape), amax, scale_inv
+
+
 def to_half_stochastic(value: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``(float16 storage, scale_inv)`` of float32 ``value`` with a power-of-two scale, rounded
     stochastically with random bits from ``generator``: weights.HalfWeight.encode's result, bit
@@ -127,13 +152,14 @@ def to_half_stochastic(value: torch.Tensor, generator: torch.Generator) -> tuple
 
 
 def gradient_to_fp8(
-    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, fp8_dtype: torch.dtype
+    product: torch.Tensor, factor: torch.Tensor, numerator: torch.Tensor, step_amax: torch.Tensor,
+    fp8_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A weight gradient ``product * factor`` (float32 arithmetic) cast to ``fp8_dtype`` with
-    its own scale ``numerator / amax``: ``(fp8 tensor, amax, scale)``, as grads.FP8Gradient
-    computes them; ``product`` contiguous, on the CPU (see :func:`supports`)."""
-    q, amax, scale = _compiled("gradient", product.dtype, fp8_dtype)(product.reshape(-1), factor, numerator)
-    return q.view(product.shape), amax, scale
+    its own scale ``numerator / amax``: ``(fp8 tensor, max(step_amax, amax), scale_inv)``, as
+    grads.FP8Gradient computes and records them; ``product`` contiguous, on the CPU (see :func:`supports`)."""
+    q, amax, scale_inv = _compiled("gradient", product.dtype, fp8_dtype)(product.reshape(-1), factor, numerator, step_amax)
+    return q.view(product.shape), amax, scale_inv
 
 
 @functools.cache

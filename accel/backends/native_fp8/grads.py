@@ -65,8 +65,9 @@ class FP8Gradient:
         if factor is None:
             self.add(product)
         elif self.data is None and fused.supports(product):
-            self.data, amax, scale = fused.gradient_to_fp8(product, factor, self._numerator, self.dtype)
-            self._record(amax, scale)
+            self.data, self.step_amax, self.scale_inv = fused.gradient_to_fp8(
+                product, factor, self._numerator, self.step_amax, self.dtype
+            )
         else:
             self.add(dequantize_product(product, factor, torch.float32))
 

@@ -152,6 +152,7 @@ class TensorScaler:
         self.calibrated = torch.zeros((), dtype=torch.bool, device=device)
         # Never modified in place, so one zero serves every reset.
         self._zero = torch.zeros((), dtype=torch.float32, device=device)
+        self._one = torch.ones((), dtype=torch.float32, device=device)
         self._zero_count = torch.zeros((), dtype=torch.int64, device=device)
         self.step_amax = self._zero
         self.step_saturated = self.step_flushed = self._zero_count
@@ -212,16 +213,17 @@ class TensorScaler:
         self, x: torch.Tensor, x_scale_inv: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`quantize_operand` by the fused kernel. Once delayed scaling has a history, the
-        scale is known before ``x`` is read, and the kernel measures the amax in the same call;
-        otherwise (current scaling, the first step) the amax is measured first."""
+        scale is known before ``x`` is read, and the kernel measures the amax and does the scaler's
+        bookkeeping (running amax, inverse scale) in the same call; otherwise (current scaling, the
+        first step) the amax is measured first."""
         if self.scaling == "delayed" and bool(self.calibrated):  # a CPU tensor: no device sync
-            scale = self.scale
-            factor = scale if x_scale_inv is None else scale * x_scale_inv
-            result, amax = fused.quantize_operand(x, factor, self.dtype, compute_dtype())
-            self.step_amax = torch.maximum(self.step_amax, amax if x_scale_inv is None else amax * x_scale_inv)
-        else:
-            _, scale, factor = self._observe(x, x_scale_inv)
-            result, _ = fused.quantize_operand(x, factor, self.dtype, compute_dtype())
+            real = self._one if x_scale_inv is None else x_scale_inv
+            result, self.step_amax, scale_inv = fused.quantize_operand_delayed(
+                x, self.scale, real, self.step_amax, self.dtype, compute_dtype()
+            )
+            return result, scale_inv
+        _, scale, factor = self._observe(x, x_scale_inv)
+        result, _ = fused.quantize_operand(x, factor, self.dtype, compute_dtype())
         return result, scale.reciprocal()
 
     def _observe(
@@ -336,7 +338,7 @@ class TensorScaler:
         if self.device.type == "meta" and torch.device(device).type != "meta":
             self._init_state(self.amax_history_len, device)
             return self
-        for key in (*STATE_KEYS, "_numerator", "_zero", "_zero_count", "step_saturated",
+        for key in (*STATE_KEYS, "_numerator", "_zero", "_one", "_zero_count", "step_saturated",
                     "step_flushed", "last_amax", "last_saturated", "last_flushed"):
             setattr(self, key, getattr(self, key).to(device))
         return self
