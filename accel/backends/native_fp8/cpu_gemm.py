@@ -62,21 +62,26 @@ def upcast(q: torch.Tensor) -> torch.Tensor:
 
 
 def cpu_mm(
-    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype
+    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``(a * scale_a_inv) @ (b * scale_b_inv)`` for operands already :func:`upcast`, in ``out_dtype``.
+    """``(a * scale_a_inv) @ (b * scale_b_inv) (+ bias)`` for operands already :func:`upcast`, in ``out_dtype``.
 
-    Where the product's dtype is ``out_dtype`` the scale is the GEMM's alpha, applied to the float32
+    Where the product's dtype is ``out_dtype`` the scale is the GEMM's alpha and the bias (in
+    ``out_dtype``, as autocast gives nn.Linear its bias) its beta term, both applied to the float32
     accumulator before the one rounding to ``out_dtype`` (as ``_scaled_mm`` applies its scales): no
-    pass over the output, and one rounding instead of two. A CPU scale is read without a device sync.
+    pass over the output, one rounding instead of three. A CPU scale is read without a device sync.
     """
     scale = scale_a_inv * scale_b_inv
     autocast = torch.is_autocast_enabled("cpu")  # it would cast the operands to its dtype
     with torch.autocast("cpu", enabled=False) if autocast else contextlib.nullcontext():
         if a.dtype == out_dtype and scale.device.type == "cpu":
-            return torch.addmm(_zero(out_dtype), a, b, beta=0, alpha=scale.item())
+            if bias is None:
+                return torch.addmm(_zero(out_dtype), a, b, beta=0, alpha=scale.item())
+            return torch.addmm(bias.to(out_dtype), a, b, alpha=scale.item())
         product = torch.mm(a, b)
-    return dequantize_product(product, scale, out_dtype)
+    y = dequantize_product(product, scale, out_dtype)
+    return y if bias is None else y.add_(bias)
 
 
 @functools.cache

@@ -46,9 +46,9 @@ def linear_forward(
     else:  # kept in FP8 between steps
         w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
         w_op = operand(w_q)
-    y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype)
-    if bias is not None:
-        y.add_(bias if compact is None or compact.bias is None else compact.bias.storage.value(y.dtype))
+    if bias is not None and compact is not None and compact.bias is not None:
+        bias = compact.bias.storage.value(out_dtype)
+    y = gemm(x_op, w_op.t(), x_inv, w_inv, out_dtype, bias)
     return y, (x_op, w_op, x_inv, w_inv)
 
 

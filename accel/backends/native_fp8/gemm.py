@@ -28,12 +28,14 @@ def operand(q: torch.Tensor) -> torch.Tensor:
 
 
 def gemm(
-    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype
+    a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``(a * scale_a_inv) @ (b * scale_b_inv)`` of two :func:`operand`s, in ``out_dtype``."""
+    """``(a * scale_a_inv) @ (b * scale_b_inv) (+ bias)`` of two :func:`operand`s, in ``out_dtype``."""
     if a.device.type == "cpu":
-        return cpu_mm(a, b, scale_a_inv, scale_b_inv, out_dtype)
-    return torch._scaled_mm(a, b, scale_a=scale_a_inv, scale_b=scale_b_inv, out_dtype=out_dtype)
+        return cpu_mm(a, b, scale_a_inv, scale_b_inv, out_dtype, bias)
+    y = torch._scaled_mm(a, b, scale_a=scale_a_inv, scale_b=scale_b_inv, out_dtype=out_dtype)
+    return y if bias is None else y.add_(bias)
 
 
 def scaled_mm(
