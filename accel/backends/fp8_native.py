@@ -14,7 +14,6 @@ and counted), the level updates the parameters, and the amaxes roll into their h
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -23,10 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
-from accel.backends.conversion import ConversionReport
+from accel.backends.base import Forward, WrappedOptimizer
 from accel.backends.fp8 import FP8Backend, register_fp8_backend
-from accel.backends.fp8_base import FP8Forward
+from accel.backends.fp8_native_model import (
+    FP8TrainingForward, scalers_of, shared_parameter_ids, unmatched_pattern_message,
+)
 from accel.backends.native_fp8 import (
     Float8Config, Float8Conv1D, Float8Linear, ScalerGroup, convert_linears, float8_layers,
 )
@@ -36,6 +36,7 @@ from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.distributed import any_process, broadcast_from_first, ignore_in_ddp
 from accel.backends.native_fp8.levels import LEVELS
 from accel.backends.native_fp8.optimizer_state import StatePreserver
+from accel.backends.native_fp8.scaled_step import LevelStep
 from accel.kwargs_handlers import Handlers
 
 logger = logging.getLogger("accel")
@@ -55,26 +56,6 @@ NATIVE_FSDP_STORAGE = (
 ROUNDING_SEED = 0x5EED
 """Seed of the stochastic-rounding generators: fixed, so that every process of a data-parallel
 run (whose replicas must stay equal) and every rerun draws the same bits."""
-
-
-class FP8TrainingForward(FP8Forward):
-    """Runs FP8 while the model trains (in eval mode high precision unless asked), in the base precision."""
-
-    __slots__ = ("_layers", "_fp8_in_eval", "_on")
-
-    def __init__(self, forward: Forward, base: PrecisionBackend, layers: list[Float8Linear], fp8_in_eval: bool) -> None:
-        super().__init__(forward, base)
-        self._layers = layers
-        self._fp8_in_eval = fp8_in_eval
-        self._on = True
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        want = self.module.training or self._fp8_in_eval
-        if want is not self._on:
-            for layer in self._layers:
-                layer.enabled = want
-            self._on = want
-        return self._run(*args, **kwargs)
 
 
 @register_fp8_backend
@@ -118,7 +99,7 @@ class NativeFP8(FP8Backend):
         self._generators: dict[str, torch.Generator] = {}
         self._state_preserver = StatePreserver(lambda param: id(param) in self._compact_by_id)
         self._scaled = self.loss_scaler is not None and self.loss_scaler.scaler.is_enabled()
-        self._steppers: dict[int, _LevelStep] = {}
+        self._steppers: dict[int, LevelStep] = {}
         self._fp8_weights: list[FP8Weight] = []
         """The FP8 weights of fp8_params, remade after each optimizer step that changed their masters."""
         """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
@@ -159,7 +140,7 @@ class NativeFP8(FP8Backend):
             logger.info("native FP8 on the CPU: quantization kernels %s", fused.status())
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
-        self.scalers = ScalerGroup({**self.scalers.scalers, **_scalers_of(module)})
+        self.scalers = ScalerGroup({**self.scalers.scalers, **scalers_of(module)})
         if not self._sharded:
             self._make_compact(module)
         if self.recipe.fp8_params:
@@ -174,7 +155,7 @@ class NativeFP8(FP8Backend):
 
     def _make_compact(self, model: nn.Module) -> None:
         """Give every FP8 layer O1/O2 storage, except layers whose parameters other modules share."""
-        shared = _shared_parameter_ids(model)
+        shared = shared_parameter_ids(model)
         kept, made = [], {}
         for name, layer in float8_layers(model).items():
             if layer.compact is None and any(id(p) in shared for p in layer.parameters(recurse=False)):
@@ -279,7 +260,7 @@ class NativeFP8(FP8Backend):
     def _unscale_scaled(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None) -> None:
         """The loss scaler's unscale_, which also counts an FP8 inf/NaN as found, so that the scale backs off."""
         assert self.loss_scaler is not None
-        stepper = self._steppers.setdefault(id(optimizer), _LevelStep(optimizer, group, self.level))
+        stepper = self._steppers.setdefault(id(optimizer), LevelStep(optimizer, group, self.level))
         self.loss_scaler.unscale_(stepper)  # type: ignore[arg-type]
         nonfinite = self._fp8_nonfinite(group)
         for found in self.loss_scaler.scaler._found_inf_per_device(stepper).values():  # type: ignore[arg-type]
@@ -291,7 +272,7 @@ class NativeFP8(FP8Backend):
     ) -> bool:
         """fp16 base: unscale (materialising FP8 gradients first), then the loss scaler steps the level or skips."""
         assert self.loss_scaler is not None
-        stepper = self._steppers.setdefault(id(optimizer), _LevelStep(optimizer, group, self.level))
+        stepper = self._steppers.setdefault(id(optimizer), LevelStep(optimizer, group, self.level))
         if not stepper.unscaled:
             self.unscale_(optimizer)
         stepper.group = group
@@ -349,62 +330,3 @@ class NativeFP8(FP8Backend):
 
     def teardown(self) -> None:
         self._state_preserver.remove()
-
-
-class _LevelStep:
-    """What torch's GradScaler unscales and steps for the native backend (base_precision='fp16').
-
-    It sees the optimizer's param_groups (the materialised FP8 gradients among them) and, when
-    no gradient held inf/NaN, its `step` runs the optimization level, as an unscaled step would.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None, level: Any) -> None:
-        self.optimizer = optimizer
-        self.group = group
-        self.level = level
-        self.unscaled = False
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
-
-    def step(self, closure: Callable[[], Any] | None = None) -> None:
-        if self.group is not None:
-            self.level.step(self.optimizer, self.group)
-        else:
-            self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-
-
-def unmatched_pattern_message(pattern: str, report: ConversionReport) -> str:
-    """Why an exclude pattern excluded nothing, with the fix when it names a nested layer.
-
-    Patterns match whole qualified names (as TransformerEngine's and torchao's filters do), never
-    suffixes: a bare "proj" matching every "attn.proj" and "mlp.proj" would exclude silently.
-    """
-    nested = [d.name for d in report.layers if fnmatch.fnmatchcase(d.name, f"*.{pattern}")]
-    hint = (
-        f" Patterns match the whole qualified name, so {pattern!r} does not match {nested[0]!r}; "
-        f"write {'*' + pattern!r} to match it at any depth."
-        if nested
-        else ""
-    )
-    return f"FP8RecipeKwargs(exclude_modules=...): the pattern {pattern!r} matched no Linear layer of the model.{hint}"
-
-
-def _scalers_of(model: nn.Module) -> dict[str, Any]:
-    """Every scaler of `model`'s FP8 layers, named '<layer>.<role>'."""
-    return {
-        f"{name}.{role}": scaler
-        for name, layer in float8_layers(model).items()
-        for role, scaler in layer.scalers().items()
-    }
-
-
-def _shared_parameter_ids(model: nn.Module) -> set[int]:
-    """ids of the parameters that more than one module holds (tied weights)."""
-    owners: dict[int, set[int]] = {}
-    for module in model.modules():
-        for param in module._parameters.values():
-            if param is not None:
-                owners.setdefault(id(param), set()).add(id(module))
-    return {pid for pid, modules in owners.items() if len(modules) > 1}
