@@ -9,6 +9,7 @@ back, discarding a skipped step) over all of its compact parameters.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -29,13 +30,20 @@ class StepGradient(NamedTuple):
 
     @classmethod
     def of(cls, grad: torch.Tensor) -> StepGradient:
-        return cls(grad, torch.ones((), dtype=torch.float32, device=grad.device))
+        """A float32 gradient, with scale 1."""
+        return cls(grad, _unit_scale(grad.device))
 
     def real(self) -> torch.Tensor:
         """The gradient in float32 (``values`` itself when it is float32)."""
         if self.values.dtype == torch.float32:
             return self.values
         return fp8_to_float(self.values, self.scale_inv)
+
+
+@functools.cache
+def _unit_scale(device: torch.device) -> torch.Tensor:
+    """A 0-dim float32 one on ``device``, shared (nothing writes into it)."""
+    return torch.ones((), dtype=torch.float32, device=device)
 
 
 class CompactParameter:

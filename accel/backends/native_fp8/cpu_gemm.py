@@ -61,6 +61,14 @@ def upcast(q: torch.Tensor) -> torch.Tensor:
     return fp8_to_float(q, torch.ones((), dtype=torch.float32, device=q.device))
 
 
+def without_autocast() -> contextlib.AbstractContextManager[object]:
+    """CPU autocast switched off, where it is on (it would cast the products' operands to its dtype);
+    entering torch.autocast costs more than the check, so nothing is entered where it is off."""
+    if torch.is_autocast_enabled("cpu"):
+        return torch.autocast("cpu", enabled=False)
+    return contextlib.nullcontext()
+
+
 def cpu_mm(
     a: torch.Tensor, b: torch.Tensor, scale_a_inv: torch.Tensor, scale_b_inv: torch.Tensor, out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
@@ -73,8 +81,7 @@ def cpu_mm(
     pass over the output, one rounding instead of three. A CPU scale is read without a device sync.
     """
     scale = scale_a_inv * scale_b_inv
-    autocast = torch.is_autocast_enabled("cpu")  # it would cast the operands to its dtype
-    with torch.autocast("cpu", enabled=False) if autocast else contextlib.nullcontext():
+    with without_autocast():
         if a.dtype == out_dtype and scale.device.type == "cpu":
             if bias is None:
                 return torch.addmm(_zero(out_dtype), a, b, beta=0, alpha=scale.item())

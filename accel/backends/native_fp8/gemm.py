@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from accel.backends.native_fp8.cpu_gemm import compute_dtype, cpu_mm, upcast
+from accel.backends.native_fp8.cpu_gemm import compute_dtype, cpu_mm, upcast, without_autocast
 
 CUDA_GEMM_ALIGNMENT = 16
 """CUDA's _scaled_mm needs every dimension but mat1's rows to be a multiple of 16."""
@@ -90,9 +90,7 @@ def weight_gradient_product(
     on the CPU the operands' product and the factor that dequantizes it, applied by the store in
     the pass that casts it; elsewhere dW in float32 and None."""
     if g.device.type == "cpu":
-        if not torch.is_autocast_enabled("cpu"):
-            return torch.mm(g.t(), x), g_inv * x_inv
-        with torch.autocast("cpu", enabled=False):  # it would cast the operands to its dtype
+        with without_autocast():
             return torch.mm(g.t(), x), g_inv * x_inv
     return weight_gradient(g, x, g_inv, x_inv, torch.float32), None
 

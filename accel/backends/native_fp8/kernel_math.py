@@ -76,7 +76,7 @@ def pow2_scale(amax: torch.Tensor) -> torch.Tensor:
 
 def noise(value: torch.Tensor, keys: torch.Tensor, dropped: int) -> torch.Tensor:
     """rounding.random_low_bits for the elements of 1-D ``value``, under ``keys``, as float32
-    integers: computed inside the kernel's loop, where the eager code draws them beforehand."""
+    integers: computed inside the kernel's loop, where eager code computes them as a tensor first."""
     return hashed_bits(value.numel(), keys, dropped).float()
 
 

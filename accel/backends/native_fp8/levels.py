@@ -54,14 +54,16 @@ class O1(OptimizationLevel):
             return
         state = optimizer.state
         fused_params: list[tuple[CompactParameter, StepGradient, int]] = []
-        materialised: list[CompactParameter] = []
+        others: list[CompactParameter] = []  # stepped by the optimizer, or (no gradient) not stepped
         for param, index, grad in zip(group.params, group.group_index, group.take_step_gradients()):
-            if grad is not None and fused_o1_adam.supports(param, state[param.param], grad.values):
+            if grad is None:
+                others.append(param)
+            elif fused_o1_adam.supports(param, state[param.param], grad.values):
                 fused_params.append((param, grad, index))
             else:
-                param.materialise(None if grad is None else grad.real())  # the optimizer steps it below
-                materialised.append(param)
-        self._step_materialised(optimizer, group, materialised)
+                param.materialise(grad.real())  # the optimizer steps it below
+                others.append(param)
+        self._step_materialised(optimizer, group, others)
         if fused_params:
             decoupled = isinstance(optimizer, torch.optim.AdamW)
             hypers = [AdamHyper.of(param_group, decoupled) for param_group in optimizer.param_groups]
@@ -71,16 +73,17 @@ class O1(OptimizationLevel):
 
     @staticmethod
     def _step_materialised(
-        optimizer: torch.optim.Optimizer, group: CompactGroup, materialised: list[CompactParameter]
+        optimizer: torch.optim.Optimizer, group: CompactGroup, params: list[CompactParameter]
     ) -> None:
-        """The user's optimizer steps (the ``materialised`` compact parameters among the others); then
-        what it updated is rounded back into storage. If it raises, the whole group's step is discarded."""
+        """The user's optimizer steps (the materialised ones of ``params`` among its other parameters);
+        then ``params`` end their step: what it updated is rounded back into storage. If it raises,
+        the whole group's step is discarded."""
         try:
             optimizer.step()
         except BaseException:
             group.discard()
             raise
-        for param in materialised:
+        for param in params:
             param.finish_step(param.param.grad is not None)
 
 

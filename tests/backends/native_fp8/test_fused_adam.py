@@ -15,6 +15,7 @@ from accel.backends.native_fp8.grads import FP8Gradient
 from accel.backends.native_fp8 import kernel_math, rounding
 from accel.backends.native_fp8.kernel_math import stochastic_round
 from accel.backends.native_fp8.rounding import random_low_bits, stochastic_truncate_
+from tests.backends.native_fp8.tiny_training import train_tiny
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels: {fused.status()}")
 
@@ -129,35 +130,13 @@ def test_power_of_two_scale_is_the_eager_one() -> None:
     assert torch.equal(got, want)
 
 
-def _train_o2(steps: int) -> list[float]:
-    from accel import Accelerator, FP8RecipeKwargs
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    accelerator = Accelerator(
-        mixed_precision="fp8", cpu=True,
-        kwarg_handlers=[FP8RecipeKwargs(backend="native", optimization_level="O2", base_precision="fp32")],
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    data = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(steps):
-        loss = torch.nn.functional.mse_loss(model(data), data.flip(1))
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
-
-
 def test_training_with_the_fused_step_follows_the_eager_step(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     fused_step = fused_adam.adam_step
     monkeypatch.setattr(fused_adam, "adam_step", lambda *args: calls.append(1) or fused_step(*args))
-    fast = _train_o2(12)
+    fast = train_tiny("O2", 12)[0]
     assert len(calls) == 4 * 11  # weight and bias of both layers, every step after the first (it creates the state)
     monkeypatch.setattr(fused_adam, "supports", lambda *args: False)
-    eager = _train_o2(12)
+    eager = train_tiny("O2", 12)[0]
     assert fast[-1] < 0.9 * fast[0]  # it learns
     torch.testing.assert_close(fast, eager, rtol=1e-4, atol=0)

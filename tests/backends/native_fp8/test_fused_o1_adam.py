@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from accel import Accelerator, FP8RecipeKwargs
 from accel.backends.native_fp8 import fused, fused_o1_adam
 from accel.backends.native_fp8.adam import AdamHyper
 from accel.backends.native_fp8.compact import CompactParameter, StepGradient
 from accel.backends.native_fp8.grads import FP8Gradient
+from tests.backends.native_fp8.tiny_training import train_tiny
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason=f"fused kernels: {fused.status()}")
 
@@ -124,38 +124,16 @@ def test_what_it_does_not_take() -> None:
     assert not fused_o1_adam.supports(param, {}, grad)
 
 
-def _train_o1(steps: int, optimizer_kind: type[torch.optim.Optimizer] = torch.optim.AdamW, clip: bool = False) -> tuple[list[float], Any]:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
-    optimizer = optimizer_kind(model.parameters(), lr=3e-3)
-    accelerator = Accelerator(
-        mixed_precision="fp8", cpu=True,
-        kwarg_handlers=[FP8RecipeKwargs(backend="native", optimization_level="O1", base_precision="fp32")],
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    data = torch.randn(32, 64, generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(steps):
-        loss = torch.nn.functional.mse_loss(model(data), data.flip(1))
-        accelerator.backward(loss)
-        if clip:
-            accelerator.clip_grad_norm_(model.parameters(), 0.05)  # binds: the weights arrive materialised
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses, optimizer
-
-
 @pytest.mark.parametrize("clip", [False, True], ids=["plain", "clipped"])
 def test_training_through_the_accelerator_follows_the_eager_step(monkeypatch: pytest.MonkeyPatch, clip: bool) -> None:
     calls = []
     fused_step = fused_o1_adam.adam_step
     monkeypatch.setattr(fused_o1_adam, "adam_step", lambda *args: calls.append(1) or fused_step(*args))
-    fast, optimizer = _train_o1(12, clip=clip)
+    fast, optimizer = train_tiny("O1", 12, clip=clip)
     assert len(calls) == 4 * 12  # weight and bias of both layers, every step
     assert all(state["exp_avg"].dtype == torch.float32 for state in optimizer.state.values())
     monkeypatch.setattr(fused_o1_adam, "accepts", lambda optimizer: False)
-    eager, _ = _train_o1(12, clip=clip)
+    eager, _ = train_tiny("O1", 12, clip=clip)
     assert fast[-1] < 0.9 * fast[0]  # it learns
     torch.testing.assert_close(fast, eager, rtol=1e-4, atol=0)
 
@@ -163,5 +141,5 @@ def test_training_through_the_accelerator_follows_the_eager_step(monkeypatch: py
 def test_other_optimizers_take_the_eager_path(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     monkeypatch.setattr(fused_o1_adam, "adam_step", lambda *args: calls.append(1))
-    losses, _ = _train_o1(4, torch.optim.SGD)
+    losses, _ = train_tiny("O1", 4, torch.optim.SGD)
     assert not calls and losses[-1] < losses[0]
