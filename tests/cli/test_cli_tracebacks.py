@@ -56,8 +56,21 @@ def test_the_same_failure_on_both_ranks_is_one_traceback_and_one_line(run_accel,
     assert "accel/cli/worker.py" not in result.stderr and "runpy" not in result.stderr
 
 
+EXIT_TOGETHER = """\
+import atexit
+def exit_together():  # after the traceback is written: neither rank exits (and has the other stopped) before both wrote theirs
+    Path(f"wrote{os.environ['RANK']}").touch()
+    deadline = time.monotonic() + 30
+    while not Path(f"wrote{1 - int(os.environ['RANK'])}").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+atexit.register(exit_together)
+"""
+
+
 def test_different_failures_keep_their_own_tracebacks(run_accel, tmp_path: Path) -> None:
-    text = BARRIER + "raise ValueError(f\"rank {os.environ['RANK']} has its own problem\")\n"
+    # The first rank to exit with an error has the launcher stop the other at once (as torchrun does),
+    # which could cut the other's traceback short on a busy machine: the ranks exit together here.
+    text = BARRIER + EXIT_TOGETHER + "raise ValueError(f\"rank {os.environ['RANK']} has its own problem\")\n"
     result = _launch(run_accel, tmp_path, text)
     assert result.returncode == 1
     assert result.stderr.count("Traceback (most recent call last)") == 2, result.stderr
