@@ -12,17 +12,26 @@ excepthook (FirstFailure, installed by worker.py) meets the others in a folder t
   collective that lost its peer), prints nothing and marks its file `"shown": false`;
 * a process with a failure of its own prints its own traceback: it is not a repeat.
 
+While the hook runs, SIGTERM waits (`_stop_deferred`): the launcher stops every process as soon
+as one has failed, and a second process failing at nearly the same moment would otherwise be
+stopped halfway through writing its own traceback. It is acted on when the hook is done.
+
 After the workers have ended, the wrapper prints one line for each file marked not shown
 (`repeat_lines`) and names the first one's rank (`first_rank`). Stdlib-only (see worker.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 FIRST = "first.json"
@@ -38,6 +47,10 @@ class FirstFailure:
         self.folder, self.rank, self.previous, self.hidden_files = folder, rank, previous, hidden_files
 
     def __call__(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        with _stop_deferred():
+            self._report(kind, value, tb)
+
+    def _report(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         tb = _without_frames(tb, self.hidden_files)
         value = value.with_traceback(tb)
         summary = "".join(traceback.format_exception_only(kind, value)).strip()
@@ -68,6 +81,28 @@ class FirstFailure:
                 return None
         except OSError:  # the folder is gone (the wrapper ended): behave as a plain script
             return None
+
+
+@contextlib.contextmanager
+def _stop_deferred() -> Iterator[None]:
+    """Inside, a SIGTERM is noted, not acted on; on leaving, the previous handler is restored and
+    the signal sent again, so the process still ends as stopped (status -15 to the launcher)."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        yield
+        return
+    received: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if received:
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def lost_peer(error: BaseException) -> bool:

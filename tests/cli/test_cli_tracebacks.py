@@ -78,6 +78,36 @@ def test_different_failures_keep_their_own_tracebacks(run_accel, tmp_path: Path)
     assert "ValueError: rank 1 has its own problem" in result.stderr
 
 
+SLOW_SECOND_FAILURE = """\
+import os, time
+from pathlib import Path
+class SlowError(ValueError):
+    said = False
+    def __str__(self):  # first read inside rank 1's excepthook: rank 0 fails now, while rank 1 is busy
+        if not SlowError.said:
+            SlowError.said = True
+            Path("rank1-reporting").touch()
+            time.sleep(3)
+        return "rank 1 has its own problem"
+if os.environ["RANK"] == "0":
+    while not Path("rank1-reporting").exists():
+        time.sleep(0.01)
+    raise ValueError("rank 0 has its own problem")
+raise SlowError()
+"""
+
+
+def test_a_rank_stopped_while_writing_its_own_traceback_finishes_writing_it(run_accel, tmp_path: Path) -> None:
+    # Rank 0 fails while rank 1's excepthook is still at work; the launcher stops rank 1 at once
+    # (as torchrun does): the stop waits until rank 1's traceback is out.
+    result = _launch(run_accel, tmp_path, SLOW_SECOND_FAILURE)
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 2, result.stderr
+    assert "ValueError: rank 0 has its own problem" in result.stderr
+    assert "SlowError: rank 1 has its own problem" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "accel launch: crash.py exited with status 1 (rank 0 of 2)"
+
+
 def test_a_rank_stopped_by_the_others_failure_adds_no_traceback(run_accel, tmp_path: Path) -> None:
     text = """\
 import torch
