@@ -76,7 +76,7 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
             for line in repeat_lines(failures):
                 print(line, file=sys.stderr, flush=True)
     except ChildFailedError as error:
-        rank, status = _first_failure(error, failures)
+        rank, status = _first_failure(error, failures, seen.get("running", []))
         never_joined = never_joined_line(first_record(failures), seen.get("running", []), _world_size(args))
         if never_joined:
             print(never_joined, file=sys.stderr, flush=True)
@@ -94,14 +94,22 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
     return 0
 
 
-def _first_failure(error: Any, failures: Path) -> tuple[int, int]:
-    """(rank, exit code) of the worker whose traceback was printed, else of torchrun's first failure.
+def _first_failure(error: Any, failures: Path, stopped: Sequence[int]) -> tuple[int, int]:
+    """(rank, exit code) of the failure to report: a worker killed by a signal nobody in the job sent
+    (`stopped`: the ranks the launcher stopped) unless another raised an error of its own; else the
+    worker whose traceback was printed; else torchrun's first failure.
 
-    The first worker to raise may still be tearing down when a later one's exit makes torchrun stop
-    it; it was on its way to Python's status for an uncaught exception, 1, which is reported then.
+    A worker killed from outside (the out-of-memory killer) prints nothing, and the others fail only
+    because it left them: their tracebacks are not the cause. The first worker to raise may still be
+    tearing down when a later one's exit makes torchrun stop it; it was on its way to Python's status
+    for an uncaught exception, 1, which is reported then.
     """
     found = getattr(error, "failures", {})
-    claimed = first_record(failures).get("rank")
+    killed = sorted(rank for rank, failure in found.items() if failure.exitcode < 0 and rank not in stopped)
+    record = first_record(failures)
+    claimed = record.get("rank")
+    if killed and (claimed not in found or record.get("lost_peer")):
+        return killed[0], found[killed[0]].exitcode
     if claimed in found:
         return claimed, found[claimed].exitcode if found[claimed].exitcode >= 0 else UNCAUGHT_EXCEPTION_STATUS
     rank, failure = error.get_first_failure()

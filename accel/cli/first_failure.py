@@ -54,7 +54,7 @@ class FirstFailure:
         tb = _without_frames(tb, self.hidden_files)
         value = value.with_traceback(tb)
         summary = "".join(traceback.format_exception_only(kind, value)).strip()
-        record = {"rank": self.rank, "summary": summary, "shown": True,
+        record = {"rank": self.rank, "summary": summary, "shown": True, "lost_peer": lost_peer(value),
                   "operation": getattr(value, "operation", None), "reason": getattr(value, "reason", None)}
         first = self._claim(record)
         if first is not None and (first.get("summary") == summary or lost_peer(value)):

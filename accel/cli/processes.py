@@ -20,16 +20,26 @@ from accel.cli.parent_death import child_setup
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 
 
+_SIGNAL_CAUSES = {
+    "SIGKILL": "nothing in the process could report why; most often the kernel's out-of-memory killer "
+               "(`dmesg` says so) or a job scheduler's limit",
+    "SIGSEGV": "a crash in native code (a C/C++ extension, a driver)",
+    "SIGBUS": "a bad memory access in native code; with DataLoader workers, often a /dev/shm too small",
+    "SIGABRT": "aborted by native code (a failed C++ check: its message is above)",
+}
+"""Signals accel never sends, and what usually sends them: said with the failure, since the process could not."""
+
+
 def failure_line(label: str, status: int, where: str = "") -> str:
-    """'accel launch: train.py exited with status 3' (or 'was killed by SIGKILL'), plus where."""
-    if status < 0:
-        try:
-            what = f"was stopped by {signal.Signals(-status).name}"
-        except ValueError:
-            what = f"was stopped by signal {-status}"
-    else:
-        what = f"exited with status {status}"
-    return f"accel launch: {label} {what}{where}"
+    """'accel launch: train.py exited with status 3' (or 'was stopped by SIGKILL: <likely cause>'), plus where."""
+    if status >= 0:
+        return f"accel launch: {label} exited with status {status}{where}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        return f"accel launch: {label} was stopped by signal {-status}{where}"
+    cause = f": {_SIGNAL_CAUSES[name]}" if name in _SIGNAL_CAUSES else ""
+    return f"accel launch: {label} was stopped by {name}{where}{cause}"
 
 
 def exit_status(returncode: int) -> int:

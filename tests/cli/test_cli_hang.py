@@ -154,7 +154,9 @@ def test_kill_9_of_the_torchrun_wrapper_takes_its_workers(tmp_path: Path, clean_
     os.kill(wrapper, signal.SIGKILL)
     assert launcher.wait(timeout=30) == 128 + signal.SIGKILL
     assert launcher.stderr.read().decode().strip().splitlines()[-1] == (
-        f"accel launch: torch.distributed.run (running {tmp_path / 'sleeper.py'}) was stopped by SIGKILL"
+        f"accel launch: torch.distributed.run (running {tmp_path / 'sleeper.py'}) was stopped by SIGKILL: nothing in "
+        "the process could report why; most often the kernel's out-of-memory killer (`dmesg` says so) or a job "
+        "scheduler's limit"
     )
     assert wait_gone(workers) == []
 

@@ -209,6 +209,18 @@ def test_child_killed_by_a_signal(run_accel, tmp_path: Path) -> None:
     assert result.stderr.strip() == "accel launch: killed.py was stopped by SIGTERM"
 
 
+def test_a_child_killed_from_outside_is_reported_with_the_likely_cause(run_accel, tmp_path: Path) -> None:
+    # SIGKILL is what the kernel's out-of-memory killer sends: the process itself can print nothing.
+    script = tmp_path / "oom.py"
+    script.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    result = run_accel("launch", str(script))
+    assert result.returncode == 128 + 9
+    assert result.stderr.strip() == (
+        "accel launch: oom.py was stopped by SIGKILL: nothing in the process could report why; most often the "
+        "kernel's out-of-memory killer (`dmesg` says so) or a job scheduler's limit"
+    )
+
+
 def test_unreachable_machine_0_is_one_clear_line() -> None:
     import argparse
 

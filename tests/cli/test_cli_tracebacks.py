@@ -123,3 +123,22 @@ accelerator.reduce(torch.ones(1))  # rank 1 waits here for rank 0, which has fai
     assert result.stderr.strip().splitlines()[-1] == "accel launch: crash.py exited with status 1 (rank 0 of 2)"
     stopped = [line for line in result.stderr.splitlines() if line.startswith("accel launch: rank 1")]
     assert stopped in ([], ["accel launch: rank 1 stopped in reduce because rank 0 failed first"])
+
+
+def test_a_rank_killed_from_outside_is_named_as_the_cause_not_the_rank_it_left_behind(run_accel, tmp_path: Path) -> None:
+    # Rank 1 dies as the out-of-memory killer would kill it; rank 0 then fails in its barrier,
+    # only because rank 1 left: the report names rank 1 and its signal, not rank 0's error.
+    text = """\
+import os, signal
+from accel import Accelerator
+accelerator = Accelerator()
+if accelerator.process_index == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+accelerator.wait_for_everyone()
+"""
+    result = _launch(run_accel, tmp_path, text)
+    assert result.returncode == 128 + 9
+    assert result.stderr.strip().splitlines()[-1] == (
+        "accel launch: crash.py was stopped by SIGKILL (rank 1 of 2): nothing in the process could report why; "
+        "most often the kernel's out-of-memory killer (`dmesg` says so) or a job scheduler's limit"
+    )
