@@ -8,9 +8,11 @@ With several processes:
   first dimension; every other dimension, and the structure, must match. One small all-gather of
   the shapes comes first, so that a mismatch raises on every process instead of corrupting data.
 * `reduce` sums, averages, or takes the maximum or minimum of each tensor over the processes,
-  into a new tensor.
+  into a new tensor. Shapes must match exactly; the same small all-gather checks them first (a
+  mismatch, such as per-sample values of an uneven last batch, would otherwise hang or corrupt).
 * `gather_for_metrics` is `gather` without the padding of an epoch's last batch.
-* `broadcast` copies one process's tensors (a nested structure) into every process's.
+* `broadcast` copies one process's tensors (a nested structure) into every process's, whose
+  shapes are checked the same way.
 * `broadcast_object`, `broadcast_object_list`, `gather_objects` and `gather_object` move
   picklable Python objects. (`pad_across_processes` lives in padding.py.)
 
@@ -68,7 +70,7 @@ def gather(data: Any, state: ProcessState) -> Any:
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "gather")
-    shapes = _all_shapes([tuple(t.shape) for t in leaves], state)
+    shapes = _all_shapes([tuple(t.shape) for t in leaves], state, "gather")
     return rebuild(data, [_gather_one(t, [s[i] for s in shapes], state) for i, t in enumerate(leaves)])
 
 
@@ -82,6 +84,7 @@ def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "reduce")
+    _all_shapes([tuple(t.shape) for t in leaves], state, "reduce")
     results = []
     for tensor in leaves:
         total = _to_comm(tensor, state).clone()
@@ -181,6 +184,7 @@ def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "broadcast")
+    _all_shapes([tuple(t.shape) for t in leaves], state, "broadcast")
     for tensor in leaves:
         moved = _to_comm(tensor, state)
         dist.broadcast(moved, src=from_process)
@@ -211,8 +215,8 @@ def _gather_one(tensor: torch.Tensor, shapes: list[tuple[int, ...]], state: Proc
     return torch.cat(parts).to(tensor.device)
 
 
-def _all_shapes(shapes: list[tuple[int, ...]], state: ProcessState) -> list[list[tuple[int, ...]]]:
-    """Every process's list of tensor shapes; raises on every process when the structures differ."""
+def _all_shapes(shapes: list[tuple[int, ...]], state: ProcessState, operation: str) -> list[list[tuple[int, ...]]]:
+    """Every process's list of tensor shapes; raises on every process when they do not fit `operation`."""
     if len(shapes) <= _HEADER_LEAVES and all(len(s) <= _HEADER_DIMS for s in shapes):
         header = torch.full((1 + _HEADER_LEAVES * (1 + _HEADER_DIMS),), -1, dtype=torch.int64)
         header[0] = len(shapes)
@@ -224,7 +228,7 @@ def _all_shapes(shapes: list[tuple[int, ...]], state: ProcessState) -> list[list
         everyone = [_decode_header(h.cpu()) for h in headers]
     else:
         everyone = gather_objects(shapes, state)
-    _check_shapes(everyone)
+    _check_shapes(everyone, operation)
     return everyone
 
 
@@ -237,20 +241,30 @@ def _decode_header(header: torch.Tensor) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _check_shapes(everyone: list[list[tuple[int, ...]]]) -> None:
-    """Raise ValueError unless every process holds the same number of tensors with the same trailing shapes."""
+_SHAPE_ADVICE = {
+    "gather": "only the first dimension may differ between processes (pad the others to the same size)",
+    "reduce": "reduce needs the same shape on every process (for per-sample values of an uneven last batch, "
+              "reduce their sum and their count, or use gather_for_metrics)",
+    "broadcast": "every process must pass tensors of the source's shapes",
+}
+
+
+def _check_shapes(everyone: list[list[tuple[int, ...]]], operation: str) -> None:
+    """Raise ValueError unless every process holds the same number of tensors with shapes fit for
+    `operation`: the same trailing shapes for gather, the same shapes for reduce and broadcast."""
     main = everyone[0]
     for rank, shapes in enumerate(everyone):
         if len(shapes) != len(main):
             raise ValueError(
-                f"gather: process {rank} passed {len(shapes)} tensor(s) but process 0 passed {len(main)}; every "
+                f"{operation}: process {rank} passed {len(shapes)} tensor(s) but process 0 passed {len(main)}; every "
                 "process must pass the same structure."
             )
         for index, (mine, theirs) in enumerate(zip(main, shapes)):
-            if len(mine) != len(theirs) or mine[1:] != theirs[1:]:
+            differ = mine != theirs if operation != "gather" else len(mine) != len(theirs) or mine[1:] != theirs[1:]
+            if differ:
                 raise ValueError(
-                    f"gather: tensor {index} has shape {list(theirs)} on process {rank} but {list(mine)} on process "
-                    "0; only the first dimension may differ between processes (pad the others to the same size)."
+                    f"{operation}: tensor {index} has shape {list(theirs)} on process {rank} but {list(mine)} on "
+                    f"process 0; {_SHAPE_ADVICE[operation]}."
                 )
 
 

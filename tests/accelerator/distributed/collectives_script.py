@@ -43,6 +43,14 @@ def collectives(accelerator: Accelerator, rank: int) -> None:
         accelerator.gather(torch.zeros(2, 3 + rank))
     except ValueError as error:
         report("mismatch", str(error))
+    try:  # per-sample values of an uneven last batch: was a hang
+        accelerator.reduce(torch.ones(3 - rank))
+    except ValueError as error:
+        report("reduce mismatch", str(error))
+    try:
+        accelerator.broadcast([torch.zeros(2), torch.zeros(1 + rank, 2)])
+    except ValueError as error:
+        report("broadcast mismatch", str(error))
     accelerator.print("PRINTED by", rank)
 
 

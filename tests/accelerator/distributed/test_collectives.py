@@ -40,6 +40,14 @@ def test_a_shape_mismatch_raises_on_every_process_naming_it(run: Launched) -> No
     assert "shape [2, 4] on process 1 but [2, 3] on process 0" in messages[0]
 
 
+def test_reduce_and_broadcast_of_different_shapes_raise_on_every_process_instead_of_hanging(run: Launched) -> None:
+    reduce_messages, broadcast_messages = run.of("reduce mismatch"), run.of("broadcast mismatch")
+    assert reduce_messages[0] == reduce_messages[1] and broadcast_messages[0] == broadcast_messages[1]
+    assert reduce_messages[0].startswith("reduce: tensor 0 has shape [2] on process 1 but [3] on process 0; reduce needs")
+    assert "gather_for_metrics" in reduce_messages[0]
+    assert broadcast_messages[0].startswith("broadcast: tensor 1 has shape [2, 2] on process 1 but [1, 2] on process 0")
+
+
 def test_print_is_main_process_only(run: Launched) -> None:
     assert run.stdout.count("PRINTED by") == 1 and "PRINTED by 0" in run.stdout
 
