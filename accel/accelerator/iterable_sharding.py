@@ -174,7 +174,7 @@ class IterableSharding(Sharding):
         self.shard.epoch = epoch  # the prepared loader passes it to the dataset's own set_epoch
         generator = getattr(self.shard.dataset, "generator", None)
         if isinstance(generator, torch.Generator):
-            generator.set_state(operations.broadcast(generator.get_state(), self._state))
+            generator.set_state(operations.broadcast(generator.get_state(), self._state, check_shapes=False))
 
     def keep(self, batches: int) -> Keep:
         return self.tail_real

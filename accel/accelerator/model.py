@@ -64,7 +64,7 @@ def broadcast_module(model: nn.Module, state: ProcessState) -> None:
             )
     with torch.no_grad():
         for _, tensor in named:
-            operations.broadcast(tensor.detach(), state)
+            operations.broadcast(tensor.detach(), state, check_shapes=False)  # layout checked above
 
 
 def wrap_for_processes(model: nn.Module, state: ProcessState, options: DistributedDataParallelKwargs) -> nn.Module:

@@ -75,16 +75,18 @@ def gather(data: Any, state: ProcessState) -> Any:
 
 
 @named_collective("reduce")
-def reduce(data: Any, state: ProcessState, reduction: str = "sum") -> Any:
+def reduce(data: Any, state: ProcessState, reduction: str = "sum", check_shapes: bool = True) -> Any:
     """Each tensor summed (`sum`), averaged (`mean`), or its elementwise maximum (`max`) or minimum
-    (`min`) over the processes; `none` returns the input. (Accelerate's `none` sums, and it has no `min`.)"""
+    (`min`) over the processes; `none` returns the input. (Accelerate's `none` sums, and it has no `min`.)
+    `check_shapes=False`: the caller knows the shapes match (accel's own calls), so no all-gather checks them."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduce(reduction={reduction!r}) is not accepted; use one of {', '.join(REDUCTIONS)}.")
     if not state.distributed or reduction == "none":
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "reduce")
-    _all_shapes([tuple(t.shape) for t in leaves], state, "reduce")
+    if check_shapes:
+        _all_shapes([tuple(t.shape) for t in leaves], state, "reduce")
     results = []
     for tensor in leaves:
         total = _to_comm(tensor, state).clone()
@@ -176,15 +178,17 @@ def broadcast_object_list(objects: list[Any], state: ProcessState, from_process:
 
 
 @named_collective("broadcast")
-def broadcast(data: Any, state: ProcessState, from_process: int = 0) -> Any:
+def broadcast(data: Any, state: ProcessState, from_process: int = 0, check_shapes: bool = True) -> Any:
     """`from_process`'s values of every tensor in `data` (a tensor or a nested tuple/list/dict of them),
-    written into those tensors on every process (same structure, shapes and dtypes); returns `data`."""
+    written into those tensors on every process (same structure, shapes and dtypes); returns `data`.
+    `check_shapes`: as for :func:`reduce`."""
     _check_source(from_process, state)
     if not state.distributed:
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "broadcast")
-    _all_shapes([tuple(t.shape) for t in leaves], state, "broadcast")
+    if check_shapes:
+        _all_shapes([tuple(t.shape) for t in leaves], state, "broadcast")
     for tensor in leaves:
         moved = _to_comm(tensor, state)
         dist.broadcast(moved, src=from_process)

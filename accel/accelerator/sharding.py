@@ -142,9 +142,9 @@ class ShardedBatchSampler(Sampler[list[int]], Sharding):
         if generator is None:
             seed = torch.empty((), dtype=torch.int64).random_().reshape(1)
             local = torch.Generator()
-            local.manual_seed(int(operations.broadcast(seed, self._state).item()))
+            local.manual_seed(int(operations.broadcast(seed, self._state, check_shapes=False).item()))
             return torch.randperm(self._size, generator=local).tolist(), None
-        generator.set_state(operations.broadcast(generator.get_state(), self._state))
+        generator.set_state(operations.broadcast(generator.get_state(), self._state, check_shapes=False))
         return torch.randperm(self._size, generator=generator).tolist(), generator
 
     def _run_out(self, generator: torch.Generator | None) -> None:

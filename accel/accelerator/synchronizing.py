@@ -98,7 +98,7 @@ class SyncMixin:
         """True on every process when any process called `set_trigger()` since the last check (which
         lowers the flag). Every process must call it: it is one all-reduce."""
         flag = self._trigger if self._trigger is not None else torch.zeros((), device=self.process_state.device)
-        raised = bool(operations.reduce(flag, self.process_state, "sum").item() >= 1)
+        raised = bool(operations.reduce(flag, self.process_state, "sum", check_shapes=False).item() >= 1)
         if raised:
             self._trigger = None
         return raised
