@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accel.cli.first_failure import first_record, never_joined_line, repeat_lines
+from accel.cli.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
 from accel.cli.processes import SEPARATOR, exit_status, failure_line
 from accel.cli.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
 from accel.cli.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
@@ -77,9 +77,10 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
                 print(line, file=sys.stderr, flush=True)
     except ChildFailedError as error:
         rank, status = _first_failure(error, failures, seen.get("running", []))
-        never_joined = never_joined_line(first_record(failures), seen.get("running", []), _world_size(args))
-        if never_joined:
-            print(never_joined, file=sys.stderr, flush=True)
+        first = first_record(failures)
+        for line in (never_joined_line(first, seen.get("running", []), _world_size(args)), elsewhere_line(failures, first)):
+            if line:
+                print(line, file=sys.stderr, flush=True)
         print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
         return exit_status(status)
     except RanksDidNotFinish as error:

@@ -106,9 +106,10 @@ def _stop_deferred() -> Iterator[None]:
 
 
 def lost_peer(error: BaseException) -> bool:
-    """True for the error a process gets when another one died under it (accel's CollectiveError, or gloo's own)."""
+    """True for the error a process gets when another one died under it (accel's CollectiveError for a peer
+    that left, or gloo's own); a collective's timeout is a failure of its own (another process never came)."""
     if type(error).__name__ == "CollectiveError":
-        return True
+        return getattr(error, "reason", None) == "peer left"
     text = str(error).lower()
     return isinstance(error, RuntimeError) and ("connection closed by peer" in text or "connection reset by peer" in text)
 
@@ -134,23 +135,54 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 
 def first_record(folder: Path) -> dict[str, Any]:
-    """The first failing process's record (rank, summary, operation, reason); {} when none claimed it."""
+    """The record of the failure that caused the others (rank, summary, operation, reason): the first
+    failing process's, unless it only lost a peer and another process failed on its own (a collective
+    that timed out there can close the connections before that process's report is written); {} when
+    none claimed it."""
     try:
         record = dict(json.loads((folder / FIRST).read_text(encoding="utf-8")))
-        return {**record, "rank": int(record["rank"])}
+        record["rank"] = int(record["rank"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+    if record.get("lost_peer"):
+        own = [other for other in _records(folder) if not other.get("lost_peer") and str(other.get("rank")).isdigit()]
+        if own:
+            cause = min(own, key=lambda other: int(other["rank"]))
+            return {**cause, "rank": int(cause["rank"])}
+    return record
 
 
 def never_joined_line(first: dict[str, Any], running: list[int], world: str) -> str | None:
-    """When the first failure was a collective timeout: one line naming the processes that never joined it."""
-    if first.get("reason") != "timeout" or not running:
+    """When the first failure was a collective timeout: one line naming the processes that never joined it
+    (those the launcher stopped while they still ran; not the first one, stopped while it was ending)."""
+    others = [rank for rank in running if rank != first.get("rank")]
+    if first.get("reason") != "timeout" or not others:
         return None
-    ranks = ", ".join(str(rank) for rank in running)
-    plural = "s" if len(running) > 1 else ""
+    ranks = ", ".join(str(rank) for rank in others)
+    plural = "s" if len(others) > 1 else ""
     return (
         f"accel launch: rank{plural} {ranks} of {world} never joined rank {first['rank']}'s {first.get('operation')} "
         f"within the collective timeout; {'they were' if plural else 'it was'} still running, and stopped"
+    )
+
+
+def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
+    """When the first failure was a collective timeout and other processes failed waiting in another
+    collective: one line saying the processes called different collectives, and the usual cause."""
+    if first.get("reason") != "timeout" or not first.get("operation"):
+        return None
+    elsewhere = sorted(
+        (int(record["rank"]), str(record["operation"])) for record in _records(folder)
+        if str(record.get("rank")).isdigit() and int(record["rank"]) != first["rank"]
+        and record.get("operation") and record.get("operation") != first["operation"]
+    )
+    if not elsewhere:
+        return None
+    where = ", ".join(f"rank {rank} waited in {operation}" for rank, operation in elsewhere)
+    return (
+        f"accel launch: rank {first['rank']} waited in {first['operation']} while {where}: the processes called "
+        "different collectives at this point (a collective inside `if accelerator.is_main_process:`, such as "
+        "save_state, is a common cause)"
     )
 
 

@@ -10,6 +10,7 @@ the launcher, even with SIGKILL, takes every process it started with it.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +102,37 @@ def test_a_stuck_wait_for_everyone_ends_with_the_timeout_from_the_config_file(
          "timeout; it was still running, and stopped"),
         "accel launch: hang.py exited with status 1 (rank 0 of 2)",
     ]
+
+
+MAIN_ONLY_SAVE = """\
+import torch
+from accel import Accelerator
+
+accelerator = Accelerator()
+model = accelerator.prepare(torch.nn.Linear(2, 2))
+if accelerator.is_main_process:
+    accelerator.save_state("checkpoint")  # collectives inside: every process must call it
+accelerator.wait_for_everyone()
+"""
+
+
+def test_a_collective_called_by_the_main_process_only_is_named_as_the_likely_cause(run_accel, tmp_path: Path) -> None:
+    script = tmp_path / "save.py"
+    script.write_text(MAIN_ONLY_SAVE)
+    result, seconds = _launch_timed(run_accel, "--collective_timeout", "3", str(script))
+    assert result.returncode == 1 and seconds < 60, result.stderr
+    # Whichever rank's timeout ends first fails first: rank 0 in save_state's collective, or rank 1 at the barrier.
+    lines = result.stderr.strip().splitlines()
+    assert re.fullmatch(r"accel launch: save\.py exited with status 1 \(rank [01] of 2\)", lines[-1])
+    different = [re.fullmatch(
+        r"accel launch: rank (\d) waited in (.+) while rank (\d) waited in (.+): the processes called different "
+        r"collectives at this point \(a collective inside `if accelerator\.is_main_process:`, such as save_state, "
+        r"is a common cause\)", line) for line in lines]
+    found = [match.groups() for match in different if match]
+    assert len(found) == 1, result.stderr
+    first, first_operation, other, other_operation = found[0]
+    operations = {first: first_operation, other: other_operation}
+    assert operations["1"] == "wait_for_everyone (barrier)" and operations["0"] != operations["1"]
 
 
 def test_a_rank_that_outlives_the_others_is_stopped_and_named(run_accel, hang_script: Path, tmp_path: Path) -> None:
