@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from accel.tracking import GeneralTracker
@@ -28,11 +27,12 @@ class TrackingMixin:
         self._trackers: list[GeneralTracker] = []
 
     @property
-    def logging_dir(self) -> Path | None:
-        """Where trackers write: the project configuration's `logging_dir`, else its `project_dir`."""
+    def logging_dir(self) -> str | None:
+        """Where trackers write: the project configuration's `logging_dir`, else its `project_dir` (a str, as
+        Accelerate's)."""
         config = self.project_configuration
         folder = getattr(config, "logging_dir", None) or config.project_dir
-        return None if folder is None else Path(folder)
+        return None if folder is None else str(folder)
 
     @property
     def trackers(self) -> list[GeneralTracker]:

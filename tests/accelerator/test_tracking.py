@@ -55,7 +55,7 @@ class Recorder(GeneralTracker):
 def test_a_tracked_training_loop_writes_jsonl_png_and_a_custom_tracker(tmp_path: Path) -> None:
     recorder = Recorder()
     accelerator = Accelerator(log_with=[LoggerType.JSONL, recorder], project_dir=tmp_path)
-    assert accelerator.logging_dir == tmp_path and accelerator.trackers == []
+    assert accelerator.logging_dir == str(tmp_path) and accelerator.trackers == []
     model, x, y = make_regression()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -139,11 +139,11 @@ def test_init_kwargs_with_a_misspelt_tracker_raises(tmp_path: Path) -> None:
 
 
 def test_logging_dir_is_the_configured_one_else_the_project_dir(tmp_path: Path) -> None:
-    assert Accelerator(project_dir=tmp_path).logging_dir == tmp_path
+    assert Accelerator(project_dir=tmp_path).logging_dir == str(tmp_path)  # a str, as Accelerate's
     assert Accelerator().logging_dir is None
     config = ProjectConfiguration(project_dir=tmp_path, logging_dir=tmp_path / "logs")
     accelerator = Accelerator(log_with="jsonl", project_config=config)
-    assert accelerator.logging_dir == tmp_path / "logs"
+    assert accelerator.logging_dir == str(tmp_path / "logs")
 
 
 def test_on_a_process_other_than_the_main_one_nothing_is_created_or_written(tmp_path: Path) -> None:

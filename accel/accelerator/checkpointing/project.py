@@ -24,9 +24,9 @@ class ProjectConfiguration:
     `save_state()` without a folder fails; an explicit `save_state(folder)` always writes there.
     """
 
-    project_dir: Path | str | None = None
+    project_dir: str | None = None
     """The project's folder; automatic checkpoints go to its `checkpoints` subfolder."""
-    logging_dir: Path | str | None = None
+    logging_dir: str | None = None
     """Where trackers write their logs; None: `project_dir`."""
     automatic_checkpoint_naming: bool = True
     """False: `save_state()` needs an explicit folder even with a project_dir (Accelerate's default)."""
@@ -66,7 +66,8 @@ def check_folder(argument: str, value: object) -> Path:
 
 
 def _optional_folder(field: str) -> Any:
-    return lambda value: None if value is None else check_folder(f"ProjectConfiguration.{field}", value)
+    """Checks a folder field and keeps it as a str, as Accelerate's fields are (scripts join them to strings)."""
+    return lambda value: None if value is None else str(check_folder(f"ProjectConfiguration.{field}", value))
 
 
 def _check_total_limit(limit: Any) -> int | None:

@@ -34,8 +34,8 @@ def _accelerator(project: Path, total_limit: int | None = None, weight: float = 
 
 def test_project_configuration_has_accelerates_fields_and_checks_every_assignment(tmp_path: Path) -> None:
     config = ProjectConfiguration(project_dir=str(tmp_path), total_limit=3)
-    assert config.project_dir == tmp_path
-    assert config.logging_dir == tmp_path  # Accelerate: logging_dir defaults to project_dir
+    assert config.project_dir == str(tmp_path)  # a str, as Accelerate's fields
+    assert config.logging_dir == str(tmp_path)  # Accelerate: logging_dir defaults to project_dir
     assert config.checkpoints_dir == tmp_path / "checkpoints"
     assert (config.automatic_checkpoint_naming, config.iteration, config.save_on_each_node) == (True, 0, False)
     config.iteration = 5  # Accelerate scripts set it after resuming
@@ -45,7 +45,7 @@ def test_project_configuration_has_accelerates_fields_and_checks_every_assignmen
     with pytest.raises(ValueError, match=r"total_limit=0 is not accepted"):
         config.total_limit = 0
     assert (config.iteration, config.total_limit) == (5, 3)  # a refused value leaves the field as it was
-    assert ProjectConfiguration(str(tmp_path), "logs").logging_dir == Path("logs")  # Accelerate's field order
+    assert ProjectConfiguration(str(tmp_path), "logs").logging_dir == "logs"  # Accelerate's field order
     with pytest.raises(TypeError, match="unexpected keyword argument 'total_limits'"):
         ProjectConfiguration(total_limits=3)  # type: ignore[call-arg]
 
@@ -53,11 +53,11 @@ def test_project_configuration_has_accelerates_fields_and_checks_every_assignmen
 def test_set_directories_fills_logging_dir_only_when_unset(tmp_path: Path) -> None:
     config = ProjectConfiguration(logging_dir=tmp_path / "logs")
     config.set_directories(tmp_path)
-    assert (config.project_dir, config.logging_dir) == (tmp_path, tmp_path / "logs")
+    assert (config.project_dir, config.logging_dir) == (str(tmp_path), str(tmp_path / "logs"))
     bare = ProjectConfiguration()
     assert (bare.project_dir, bare.logging_dir) == (None, None)
     bare.set_directories(str(tmp_path / "p"))
-    assert (bare.project_dir, bare.logging_dir) == (tmp_path / "p", tmp_path / "p")
+    assert (bare.project_dir, bare.logging_dir) == (str(tmp_path / "p"), str(tmp_path / "p"))
 
 
 def test_save_on_each_node_is_refused_only_on_several_machines(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +73,7 @@ def test_the_accelerator_keeps_the_configuration_it_was_given(tmp_path: Path) ->
     config = ProjectConfiguration(total_limit=2)
     accelerator = Accelerator(project_dir=tmp_path, project_config=config)
     assert accelerator.project_configuration is config
-    assert (config.project_dir, config.logging_dir) == (tmp_path, tmp_path)
+    assert (config.project_dir, config.logging_dir) == (str(tmp_path), str(tmp_path))
 
 
 @pytest.mark.parametrize("value", [0, -1, "3", 2.5, True])
@@ -98,12 +98,12 @@ def test_other_fields_are_checked() -> None:
 
 def test_project_dir_is_a_shortcut_for_the_configuration(tmp_path: Path) -> None:
     assert Accelerator(project_dir=str(tmp_path)).project_configuration == ProjectConfiguration(project_dir=tmp_path)
-    assert Accelerator(project_dir=tmp_path).project_dir == tmp_path
+    assert Accelerator(project_dir=tmp_path).project_dir == str(tmp_path)
     assert Accelerator().project_dir is None
     filled = Accelerator(project_dir=tmp_path, project_config=ProjectConfiguration(total_limit=2))
     assert filled.project_configuration == ProjectConfiguration(project_dir=tmp_path, total_limit=2)
     same = Accelerator(project_dir=tmp_path, project_config=ProjectConfiguration(project_dir=str(tmp_path)))
-    assert same.project_dir == tmp_path
+    assert same.project_dir == str(tmp_path)
 
 
 def test_two_different_project_folders_are_refused(tmp_path: Path) -> None:
