@@ -9,6 +9,7 @@ with `pytorch_model.bin.index.json`) written by torch.save from plain tensors on
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import torch
 
 from accel.accelerator.io import without_shared
+
+logger = logging.getLogger(__name__)
 
 SAFE_NAME = "model.safetensors"
 PICKLE_NAME = "pytorch_model.bin"
@@ -113,4 +116,11 @@ def write_object(obj: Any, f: str | Path, safe_serialization: bool) -> None:
         )
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().contiguous() for k, v in obj.items()}, str(f), metadata={"format": "pt"})
+    kept = without_shared(obj)
+    if len(kept) < len(obj):  # tied weights: safetensors refuses two names for one memory
+        dropped = sorted(set(obj) - set(kept))
+        logger.warning(
+            "Removed shared tensor %s while saving %s: they share memory with tensors that were written (tied "
+            "weights); tie them again after loading (as transformers' tie_weights() does).", dropped, f,
+        )
+    save_file(kept, str(f), metadata={"format": "pt"})

@@ -77,6 +77,18 @@ def test_save_writes_on_the_main_process_as_torch_save_or_safetensors(tmp_path: 
     assert torch.equal(load_file(tmp_path / "state.safetensors")["w"], state["w"])
 
 
+def test_save_as_safetensors_writes_tied_weights_once_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # safetensors refuses two names for one memory; Accelerate drops the later name with this warning.
+    tied = nn.ModuleDict({"a": nn.Linear(8, 8), "b": nn.Linear(8, 8)})
+    tied["b"].weight = tied["a"].weight
+    with caplog.at_level("WARNING"):
+        Accelerator().save(tied.state_dict(), tmp_path / "tied.safetensors", safe_serialization=True)
+    written = load_file(tmp_path / "tied.safetensors")
+    assert set(written) == {"a.weight", "a.bias", "b.bias"}
+    assert torch.equal(written["a.weight"], tied["a"].weight.detach())
+    assert [r.getMessage() for r in caplog.records if "Removed shared tensor ['b.weight']" in r.getMessage()]
+
+
 @pytest.mark.parametrize(("value", "size"), [("10GB", 10**10), ("500MB", 5 * 10**8), ("2GiB", 2 * 2**30), (123, 123)])
 def test_shard_sizes_are_read_as_transformers_reads_them(value: object, size: int) -> None:
     assert parse_size("max_shard_size", value) == size  # type: ignore[arg-type]
