@@ -1,8 +1,9 @@
 """Accelerate's configuration objects for the dataloaders and for gradient accumulation.
 
 `DataLoaderConfiguration` and `GradientAccumulationPlugin` have Accelerate's fields, defaults
-and meanings. They are frozen and check their values when built: a value of the wrong kind
-raises ValueError naming the field, the value and what is accepted. Whether the Accelerator can
+and meanings, and check their values: a value of the wrong kind raises ValueError naming the
+field, the value and what is accepted. A DataLoaderConfiguration can be changed after it is built,
+as Accelerate's (each assignment is checked the same way); the plugin is frozen. Whether the Accelerator can
 honour a non-default value is decided by the Accelerator, which raises for any it cannot.
 """
 
@@ -30,7 +31,10 @@ def _check_int(owner: str, name: str, value: Any, *, minimum: int | None, meanin
     raise ValueError(f"{owner}({name}={value!r}) is not accepted; accepted values: {bound} ({meaning}), or None.")
 
 
-@dataclasses.dataclass(frozen=True)
+_LOADER_FLAGS = ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking", "use_stateful_dataloader")
+
+
+@dataclasses.dataclass
 class DataLoaderConfiguration:
     """How `accelerator.prepare` shards and feeds dataloaders (Accelerate's fields and defaults)."""
 
@@ -52,13 +56,16 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
     """Back prepared dataloaders by torchdata's StatefulDataLoader."""
 
-    def __post_init__(self) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Check a field's value whenever it is set (the dataclass's __init__ sets each one too)."""
         owner = type(self).__name__
-        flags = ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking", "use_stateful_dataloader")
-        for name in flags:
-            _check_bool(owner, name, getattr(self, name))
-        _check_bool(owner, "dispatch_batches", self.dispatch_batches, optional=True)
-        _check_int(owner, "data_seed", self.data_seed, minimum=None, meaning="the sampler's seed")
+        if name in _LOADER_FLAGS:
+            _check_bool(owner, name, value)
+        elif name == "dispatch_batches":
+            _check_bool(owner, name, value, optional=True)
+        elif name == "data_seed":
+            _check_int(owner, name, value, minimum=None, meaning="the sampler's seed")
+        super().__setattr__(name, value)
 
     def non_default_fields(self) -> dict[str, Any]:
         """The fields whose value differs from the default (what an Accelerator must honour)."""

@@ -40,9 +40,19 @@ def test_gradient_accumulation_plugin_has_accelerates_fields_defaults_and_to_kwa
     assert GradientAccumulationPlugin(2).num_steps == 2  # positional, as Accelerate's dataclass allows
 
 
-def test_configurations_are_frozen() -> None:
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        DataLoaderConfiguration().split_batches = True  # type: ignore[misc]
+def test_a_dataloader_configuration_can_be_changed_and_each_change_is_checked() -> None:
+    # As Accelerate's: scripts (and Accelerate's own tests) set a field and build the next Accelerator with it.
+    config = DataLoaderConfiguration(use_seedable_sampler=True)
+    config.data_seed = 43
+    assert config.non_default_fields() == {"use_seedable_sampler": True, "data_seed": 43}
+    with pytest.raises(ValueError, match="data_seed=1.5.*an int"):
+        config.data_seed = 1.5  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="split_batches='yes'.*True or False"):
+        config.split_batches = "yes"  # type: ignore[assignment]
+    assert config.data_seed == 43 and config.split_batches is False
+
+
+def test_the_gradient_accumulation_plugin_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         GradientAccumulationPlugin().num_steps = 3  # type: ignore[misc]
 

@@ -40,7 +40,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch) -> None:
             sent[:] = [obj]
         return sent[0]
 
-    monkeypatch.setattr(sharding.operations, "broadcast", lambda data, state, from_process=0: data)
+    monkeypatch.setattr(sharding.operations, "broadcast", lambda data, state, from_process=0, check_shapes=True: data)
     monkeypatch.setattr(sharding.operations, "broadcast_object", broadcast_object)
 
 

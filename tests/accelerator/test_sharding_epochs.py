@@ -29,7 +29,7 @@ EPOCHS = 4
 @pytest.fixture(autouse=True)
 def _one_process_plays_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every simulated process starts from the same generator state, so process 0's broadcast changes nothing."""
-    monkeypatch.setattr(sharding.operations, "broadcast", lambda data, state, from_process=0: data)
+    monkeypatch.setattr(sharding.operations, "broadcast", lambda data, state, from_process=0, check_shapes=True: data)
 
 
 def _loader(size: int, batch: int, generator: bool, drop_last: bool) -> DataLoader[Any]:
