@@ -74,8 +74,21 @@ is_rich_available = _installed("rich")
 is_tqdm_available = _installed("tqdm")
 is_matplotlib_available = _installed("matplotlib")
 is_pytest_available = _installed("pytest")
-is_torch_xla_available = _installed("torch_xla")
 is_torchdata_stateful_dataloader_available = _installed("torchdata")
+
+
+def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
+    """True when torch_xla is installed and, if asked, its device is a TPU (`check_is_tpu`) or a GPU
+    (`check_is_gpu`), as Accelerate's answers (accel itself does not train on XLA devices)."""
+    if check_is_tpu and check_is_gpu:
+        raise ValueError("is_torch_xla_available: check_is_tpu and check_is_gpu cannot both be True; ask one.")
+    if importlib.util.find_spec("torch_xla") is None:
+        return False
+    if not (check_is_tpu or check_is_gpu):
+        return True
+    import torch_xla.runtime as xla_runtime  # imported only when installed and asked
+
+    return xla_runtime.device_type() in (("TPU",) if check_is_tpu else ("GPU", "CUDA"))
 
 
 def is_hpu_available(init_hccl: bool = False) -> bool:

@@ -22,6 +22,7 @@ from accel.utils import (
     is_bf16_available,
     is_deepspeed_available,
     is_tensorboard_available,
+    is_torch_xla_available,
     patch_environment,
     save,
     synchronize_rng_states,
@@ -34,6 +35,14 @@ def test_availability_reflects_what_is_installed() -> None:
     assert is_tensorboard_available() is True  # in the test extra
     assert is_deepspeed_available() is False
     assert is_bf16_available() is True
+
+
+def test_is_torch_xla_available_takes_accelerates_arguments() -> None:
+    # Accelerate's test helpers call it with check_is_tpu=True; torch_xla is not installed here.
+    assert is_torch_xla_available() is False
+    assert is_torch_xla_available(check_is_tpu=True) is False and is_torch_xla_available(check_is_gpu=True) is False
+    with pytest.raises(ValueError, match="check_is_tpu and check_is_gpu cannot both be True"):
+        is_torch_xla_available(check_is_tpu=True, check_is_gpu=True)
 
 
 def test_patch_environment_sets_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
