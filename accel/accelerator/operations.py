@@ -39,6 +39,12 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.
 Keep = int | list[int] | None
 """Which rows of a gathered last batch are real samples: the first n, these positions, or all (None)."""
 
+class DistributedOperationException(ValueError):
+    """The tensors of a collective do not fit together across the processes (different structures or
+    shapes); raised on every process, before the collective runs. Accelerate's name (it raises it in
+    debug mode only); a ValueError."""
+
+
 _HEADER_LEAVES = 16
 _HEADER_DIMS = 7
 """Shapes travel in one fixed-size tensor when a structure has at most this many tensors of at most
@@ -254,19 +260,19 @@ _SHAPE_ADVICE = {
 
 
 def _check_shapes(everyone: list[list[tuple[int, ...]]], operation: str) -> None:
-    """Raise ValueError unless every process holds the same number of tensors with shapes fit for
+    """Raise DistributedOperationException unless every process holds the same number of tensors with shapes fit for
     `operation`: the same trailing shapes for gather, the same shapes for reduce and broadcast."""
     main = everyone[0]
     for rank, shapes in enumerate(everyone):
         if len(shapes) != len(main):
-            raise ValueError(
+            raise DistributedOperationException(
                 f"{operation}: process {rank} passed {len(shapes)} tensor(s) but process 0 passed {len(main)}; every "
                 "process must pass the same structure."
             )
         for index, (mine, theirs) in enumerate(zip(main, shapes)):
             differ = mine != theirs if operation != "gather" else len(mine) != len(theirs) or mine[1:] != theirs[1:]
             if differ:
-                raise ValueError(
+                raise DistributedOperationException(
                     f"{operation}: tensor {index} has shape {list(theirs)} on process {rank} but {list(mine)} on "
                     f"process 0; {_SHAPE_ADVICE[operation]}."
                 )

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from accel.accelerator import operations, padding
+from accel.accelerator.operations import DistributedOperationException
 from accel.accelerator.padding import CannotPadNestedTensorWarning
 from accel.accelerator.partial_state import current_process_state
 from accel.accelerator.transfer import send_to_device
 
 __all__ = [
     "CannotPadNestedTensorWarning",
+    "DistributedOperationException",
     "broadcast",
     "broadcast_object_list",
     "gather",

@@ -35,3 +35,9 @@ def test_bad_input_raises_naming_what_is_accepted() -> None:
         operations.broadcast_object_list((1, 2), ONE)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"pad_across_processes got a str \('x'\); it pads a tensor"):
         padding.pad_across_processes({"a": torch.ones(1), "b": "x"}, ONE)
+
+
+def test_a_nested_tensor_is_left_unpadded_with_a_warning_in_one_process_too() -> None:
+    nested = torch.nested.nested_tensor([torch.ones(3), torch.ones(1)])
+    with pytest.warns(padding.CannotPadNestedTensorWarning, match="cannot pad a nested tensor"):
+        assert padding.pad_across_processes(nested, ONE) is nested

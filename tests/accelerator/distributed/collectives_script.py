@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, TensorDataset, WeightedRa
 from torch.utils.data.distributed import DistributedSampler
 
 from accel import Accelerator
+from accel.utils.operations import DistributedOperationException
 from launching import report
 
 
@@ -45,12 +46,16 @@ def collectives(accelerator: Accelerator, rank: int) -> None:
         report("mismatch", str(error))
     try:  # per-sample values of an uneven last batch: was a hang
         accelerator.reduce(torch.ones(3 - rank))
-    except ValueError as error:
+    except DistributedOperationException as error:
         report("reduce mismatch", str(error))
     try:
         accelerator.broadcast([torch.zeros(2), torch.zeros(1 + rank, 2)])
-    except ValueError as error:
+    except DistributedOperationException as error:
         report("broadcast mismatch", str(error))
+    try:  # Accelerate's own check (test_ops.test_op_checker): a different number of dimensions
+        accelerator.pad_across_processes({"tensor": torch.zeros((1, 5) if rank == 0 else (1, 1, 6))})
+    except DistributedOperationException as error:
+        report("pad mismatch", str(error))
     accelerator.print("PRINTED by", rank)
 
 

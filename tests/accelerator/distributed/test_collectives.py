@@ -48,6 +48,14 @@ def test_reduce_and_broadcast_of_different_shapes_raise_on_every_process_instead
     assert broadcast_messages[0].startswith("broadcast: tensor 1 has shape [2, 2] on process 1 but [1, 2] on process 0")
 
 
+def test_pad_across_processes_refuses_different_numbers_of_dimensions_on_every_process(run: Launched) -> None:
+    messages = run.of("pad mismatch")
+    assert messages[0] == messages[1] == (
+        "pad_across_processes: tensor 0 has shape [1, 1, 6] on process 1 but [1, 5] on process 0; padding evens "
+        "out sizes, not numbers of dimensions."
+    )
+
+
 def test_print_is_main_process_only(run: Launched) -> None:
     assert run.stdout.count("PRINTED by") == 1 and "PRINTED by 0" in run.stdout
 
