@@ -82,8 +82,9 @@ def _check_can_run(name: str, logging_dir: str | os.PathLike[str] | None) -> Non
         raise ImportError(f"log_with={name!r} needs a library that is not installed here: {command}")
     if tracker_class.requires_logging_directory and logging_dir is None:
         raise ValueError(
-            f"log_with={name!r} writes its logs under a folder, and none is set: pass "
-            "Accelerator(project_dir=...) or project_config=ProjectConfiguration(project_dir=..., logging_dir=...)."
+            f"Logging with `{name}` requires a `logging_dir` (Accelerate's words): log_with={name!r} writes its logs "
+            "under a folder, and none is set. Pass Accelerator(project_dir=...) or "
+            "project_config=ProjectConfiguration(project_dir=..., logging_dir=...)."
         )
 
 

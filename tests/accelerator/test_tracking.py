@@ -122,7 +122,7 @@ def test_without_log_with_log_does_nothing(tmp_path: Path) -> None:
 def test_bad_log_with_raises_at_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="Did you mean 'jsonl'"):
         Accelerator(log_with="jsnl")
-    with pytest.raises(ValueError, match=r"log_with='jsonl' writes its logs under a folder.*project_dir="):
+    with pytest.raises(ValueError, match=r"Logging with `jsonl` requires a `logging_dir`.*log_with='jsonl' writes its logs under a folder.*project_dir="):
         Accelerator(log_with="jsonl")
     from accel.tracking import wandb_tracker
 

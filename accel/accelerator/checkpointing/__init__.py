@@ -36,14 +36,14 @@ def check_registrable(objects: Sequence[Any]) -> list[Any]:
     """Return `objects` if each has state_dict() and load_state_dict(), else raise ValueError
     listing every item that has not (Accelerate's exception type)."""
     bad = [
-        f"index {index} ({type(obj).__name__})"
+        f"Item at index {index} ({type(obj).__name__})"  # Accelerate's wording, which scripts and its tests match
         for index, obj in enumerate(objects)
         if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)))
     ]
     if bad:
         raise ValueError(
-            f"register_for_checkpointing: the items at {', '.join(bad)} have no state_dict()/load_state_dict() "
-            "methods; only such objects can be checkpointed. Register their owners, or wrap them in an object "
-            "with both methods."
+            f"register_for_checkpointing: {', '.join(bad)} {'has' if len(bad) == 1 else 'have'} no "
+            "state_dict()/load_state_dict() methods; only such objects can be checkpointed. Register their owners, "
+            "or wrap them in an object with both methods."
         )
     return list(objects)

@@ -303,3 +303,13 @@ def test_copying_a_checkpoint_keeps_it_loadable(saved: tuple[Setup, Path], tmp_p
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
     _fresh(tmp_path).accelerator.load_state(copy)
+
+
+def test_registering_objects_without_state_dict_names_each_in_accelerates_words() -> None:
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError) as raised:
+        Accelerator().register_for_checkpointing(torch.ones(1), torch.ones(2), model, optimizer)
+    message = str(raised.value)
+    assert "Item at index 0 (Tensor), Item at index 1 (Tensor) have no state_dict()/load_state_dict()" in message
+    assert "index 2" not in message and "index 3" not in message
