@@ -7,6 +7,10 @@
 * `DataLoaderShard`: the class of a prepared dataloader (accel's PreparedDataLoader, a torch DataLoader).
 * `IterableDatasetShard`: one process's elements of an IterableDataset (accel.accelerator.iterable_sharding).
 * `SkipBatchSampler`: a batch sampler without its first batches.
+* `SkipDataLoader`: a DataLoader without its first batches on every pass.
+
+Not here (docs/migration.md says why): `BatchSamplerShard`, `DataLoaderDispatcher`,
+`DataLoaderAdapter`, `DataLoaderStateMixin`, `get_sampler`.
 """
 
 from accel.accelerator.data import PreparedDataLoader
@@ -14,7 +18,7 @@ from accel.accelerator.data import PreparedDataLoader as DataLoaderShard
 from accel.accelerator.data_config import SeededRandomSampler as SeedableRandomSampler
 from accel.accelerator.data_prepare import prepare_data_loader
 from accel.accelerator.iterable_sharding import IterableDatasetShard
-from accel.accelerator.skipping import SkipBatchSampler, skip_first_batches
+from accel.accelerator.skipping import SkipBatchSampler, SkipDataLoader, skip_first_batches
 
 __all__ = [
     "DataLoaderShard",
@@ -22,6 +26,7 @@ __all__ = [
     "PreparedDataLoader",
     "SeedableRandomSampler",
     "SkipBatchSampler",
+    "SkipDataLoader",
     "prepare_data_loader",
     "skip_first_batches",
 ]

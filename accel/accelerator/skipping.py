@@ -51,7 +51,7 @@ def skipping_loader(loader: DataLoader[Any], num_batches: int) -> DataLoader[Any
     settings = loader_options(loader)
     if isinstance(loader.dataset, IterableDataset):
         sizes = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
-        return _SkippingDataLoader(loader.dataset, skip_batches=num_batches, **sizes, **settings)
+        return SkipDataLoader(loader.dataset, skip_batches=num_batches, **sizes, **settings)
     if loader.batch_sampler is None:  # batch_size=None: the sampler's items are the batches
         sampler = SkipBatchSampler(loader.sampler, num_batches)
         return DataLoader(loader.dataset, sampler=sampler, batch_size=None, **settings)
@@ -76,10 +76,17 @@ class SkipBatchSampler(BatchSampler):
         return max(0, len(self.batch_sampler) - self.skip_batches)  # type: ignore[arg-type]
 
 
-class _SkippingDataLoader(DataLoader):  # type: ignore[type-arg]
-    """A DataLoader (over an IterableDataset) that drops its first `skip_batches` batches on every pass."""
+class SkipDataLoader(DataLoader):  # type: ignore[type-arg]
+    """A DataLoader that drops its first `skip_batches` batches on every pass (Accelerate's class; what
+    skip_first_batches builds for an IterableDataset). `use_stateful_dataloader=True` is refused, as
+    everywhere in accel (torchdata's StatefulDataLoader is not supported)."""
 
-    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+    def __init__(self, dataset: Any, skip_batches: int = 0, use_stateful_dataloader: bool = False, **kwargs: Any) -> None:
+        if use_stateful_dataloader:
+            raise ValueError(
+                "SkipDataLoader(use_stateful_dataloader=True) is not supported: accel does not use torchdata's "
+                "StatefulDataLoader (prepared dataloaders resume exactly through save_state/load_state). Leave it out."
+            )
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
 

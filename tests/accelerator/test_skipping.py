@@ -173,3 +173,14 @@ def test_an_accelerate_script_doing_load_state_and_skip_first_batches_sees_every
     for previous, stop in zip(stops, [*stops[1:], None]):
         seen += _accelerate_script(tmp_path, generator, resume=f"step_{previous}", stop_at=stop)
     assert seen == straight
+
+
+def test_skip_data_loader_is_a_dataloader_without_its_first_batches() -> None:
+    from accel.data_loader import SkipDataLoader
+
+    loader = SkipDataLoader(list(range(16)), batch_size=4, skip_batches=2)
+    assert isinstance(loader, DataLoader) and len(loader) == 2
+    assert [batch.tolist() for batch in loader] == [[8, 9, 10, 11], [12, 13, 14, 15]]
+    assert [batch.tolist() for batch in loader] == [[8, 9, 10, 11], [12, 13, 14, 15]]  # on every pass
+    with pytest.raises(ValueError, match=r"use_stateful_dataloader=True\) is not supported"):
+        SkipDataLoader(list(range(4)), skip_batches=1, use_stateful_dataloader=True)

@@ -127,7 +127,8 @@ def check_against(rows: list[Row], exists: Any, where: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "marker", ["accelerate.Accelerator.__init__", "accelerate.Accelerator", "accelerate", "accelerate.utils"]
+    "marker",
+    ["accelerate.Accelerator.__init__", "accelerate.Accelerator", "accelerate", "accelerate.utils", "accelerate.data_loader"],
 )
 def test_every_row_has_a_known_status_a_reason_and_unique_names(marker: str) -> None:
     rows = read_table(marker)
@@ -178,6 +179,17 @@ def test_every_public_name_of_accelerate_utils_has_a_row_or_is_out_of_scope() ->
     uncovered = sorted(n for n in theirs - names_of(rows) - excluded if _home(n) not in modules)
     assert not uncovered, f"add rows for, or name as out of scope, accelerate.utils.{uncovered}"
     check_against(rows, lambda name: hasattr(accel.utils, name), "accel.utils")
+
+
+def test_every_name_defined_in_accelerate_data_loader_has_a_row() -> None:
+    import accel.data_loader
+
+    loader_module = importlib.import_module("accelerate.data_loader")
+    rows = read_table("accelerate.data_loader")
+    theirs = {name for name in public(loader_module) if getattr(getattr(loader_module, name), "__module__", None) == loader_module.__name__}
+    assert not theirs - names_of(rows), f"add rows for accelerate.data_loader.{sorted(theirs - names_of(rows))}"
+    assert not names_of(rows) - theirs, f"not names of accelerate.data_loader: {sorted(names_of(rows) - theirs)}"
+    check_against(rows, lambda name: hasattr(accel.data_loader, name), "accel.data_loader")
 
 
 def _home(name: str) -> str | None:
