@@ -380,13 +380,13 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
 
     # ----------------------------------------------------------------- processes
     def end_training(self) -> None:
-        """Release what the precision set up; with several processes, wait for all of them and leave
-        the process group (a later Accelerator in this process creates a new one)."""
+        """Close the trackers and release what the precision set up and the process group: collectives
+        still run afterwards (saving the model after end_training, as transformers' examples do), and a
+        later Accelerator in this process makes a new group. No process waits for the others here."""
         self._finish_trackers()
         self.precision.teardown()
         if self.process_state.distributed:
-            self.wait_for_everyone()
-            distributed.leave_process_group()
+            distributed.release_process_group()
 
     def __repr__(self) -> str:
         return (

@@ -89,7 +89,10 @@ def default_backend(device: torch.device) -> str:
 
 
 def join_process_group(layout: Layout, device: torch.device, options: InitProcessGroupKwargs) -> str:
-    """Initialise the process group for `layout` (or reuse the one that exists); its backend."""
+    """Initialise the process group for `layout` (or reuse the one that exists, unless accel's was
+    released by end_training: that one is destroyed and a new one made, with this Accelerator's options); its backend."""
+    if _released[0]:
+        leave_process_group()
     if dist.is_initialized():
         return _reuse(layout, options)
     backend = options.backend or default_backend(device)
@@ -160,8 +163,22 @@ _SETTLE_SECONDS = 0.05
 """How long the main thread gives up the GIL at exit (see _leave_at_exit)."""
 
 
+def release_process_group() -> None:
+    """The Accelerator that made accel's group is done with it (end_training). The group stays usable, so
+    that a collective after end_training still runs (transformers' examples wait_for_everyone() and save
+    then; Accelerate destroys the group there and such a script fails); the next Accelerator in this
+    process replaces it, and the interpreter's exit destroys it."""
+    if _created[0] is not None:
+        _released[0] = True
+
+
+_released = [False]
+"""Whether end_training released accel's group (see release_process_group)."""
+
+
 def leave_process_group() -> None:
     """Destroy the process group if accel created it (a group the script made itself stays)."""
+    _released[0] = False
     created = _created[0]
     if created is None or not dist.is_initialized() or dist.group.WORLD is not created[0]:
         return

@@ -106,7 +106,7 @@ def shards(accelerator: Accelerator) -> None:
 
 def configuration(accelerator: Accelerator, rank: int) -> None:
     """A second Accelerator reuses the group; a differing one is refused on every rank; after
-    end_training a new Accelerator creates a new group."""
+    end_training collectives still run, and a new Accelerator creates a new group."""
     second = Accelerator(mixed_precision="bf16")
     report("second", second.reduce(torch.ones(1)).item())
     try:
@@ -114,6 +114,8 @@ def configuration(accelerator: Accelerator, rank: int) -> None:
     except ValueError as error:
         report("differs", str(error))
     accelerator.end_training()
+    accelerator.wait_for_everyone()  # transformers' examples save after end_training: collectives still run
+    report("after end", accelerator.reduce(torch.ones(1)).item())
     again = Accelerator()
     report("again", again.reduce(torch.ones(1)).item())
     again.end_training()

@@ -92,6 +92,7 @@ def test_drop_last_drops_the_short_global_batch(run: Launched) -> None:
 
 def test_a_second_accelerator_reuses_the_group_and_end_training_lets_a_new_one_start(run: Launched) -> None:
     assert run.of("second") == [2.0, 2.0]
+    assert run.of("after end") == [2.0, 2.0]  # Accelerate destroys the group in end_training: this failed there
     assert run.of("again") == [2.0, 2.0]
 
 
