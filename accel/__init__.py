@@ -64,7 +64,22 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]
 
 
+_FORWARDED = {
+    "cpu_offload": "accel.big_modeling",
+    "cpu_offload_with_hook": "accel.big_modeling",
+    "disk_offload": "accel.big_modeling",
+    "dispatch_model": "accel.big_modeling",
+    "load_checkpoint_and_dispatch": "accel.big_modeling",
+    "infer_auto_device_map": "accel.utils.modeling",
+    "load_checkpoint_in_model": "accel.utils.modeling",
+}
+"""Accelerate's big-model inference, which accel leaves to Accelerate: its own objects when accelerate
+is installed, else stand-ins that raise ImportError naming the install (accel/_accelerate_names.py)."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in _FORWARDED:
+        return getattr(importlib.import_module(_FORWARDED[name]), name)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'accel' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

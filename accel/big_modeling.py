@@ -1,5 +1,10 @@
 """`init_empty_weights` and `init_on_device`: build a model without allocating its weights
-(Accelerate's `accelerate.big_modeling` names; the offloading and dispatch parts are not provided)."""
+(Accelerate's `accelerate.big_modeling` names).
+
+The offloading and dispatch parts (big-model inference) are Accelerate's own, forwarded when
+accelerate is installed (accel/_accelerate_names.py): `cpu_offload`, `cpu_offload_with_hook`,
+`disk_offload`, `dispatch_model`, `load_checkpoint_and_dispatch`, `attach_layerwise_casting_hooks`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,14 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from accel._accelerate_names import forwarding
+
+FORWARDED = frozenset({
+    "cpu_offload", "cpu_offload_with_hook", "disk_offload", "dispatch_model", "load_checkpoint_and_dispatch",
+    "attach_layerwise_casting_hooks",
+})
+__getattr__ = forwarding("accelerate.big_modeling", FORWARDED, __name__)
 
 
 @contextlib.contextmanager

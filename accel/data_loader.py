@@ -9,9 +9,12 @@
 * `SkipBatchSampler`: a batch sampler without its first batches.
 * `SkipDataLoader`: a DataLoader without its first batches on every pass.
 
-Not here (docs/migration.md says why): `BatchSamplerShard`, `DataLoaderDispatcher`,
-`DataLoaderAdapter`, `DataLoaderStateMixin`, `get_sampler`.
+Not supported (docs/migration.md says why): `BatchSamplerShard`, `DataLoaderDispatcher`,
+`DataLoaderAdapter`, `DataLoaderStateMixin`, `get_sampler`. They can be imported, so that a script
+importing one still runs; using one raises NotImplementedError with the reason.
 """
+
+from accel._accelerate_names import refusals
 
 from accel.accelerator.data import PreparedDataLoader
 from accel.accelerator.data import PreparedDataLoader as DataLoaderShard
@@ -30,3 +33,18 @@ __all__ = [
     "prepare_data_loader",
     "skip_first_batches",
 ]
+
+__getattr__ = refusals(
+    {
+        "BatchSamplerShard": "prepare() shards batch samplers itself (process r takes block r of each global batch, the "
+        "epoch's order drawn on process 0); to see one process's part, iterate the prepared dataloader in that process.",
+        "DataLoaderDispatcher": "accel never dispatches batches from the main process: every process reads its own part "
+        "(DataLoaderConfiguration(dispatch_batches=True) is refused too).",
+        "DataLoaderAdapter": "it adapts torchdata's StatefulDataLoader, which accel does not use: prepared dataloaders "
+        "resume exactly through save_state/load_state.",
+        "DataLoaderStateMixin": "a prepared dataloader (accel.data_loader.DataLoaderShard) keeps its own end-of-epoch state "
+        "(accelerator.gradient_state.end_of_dataloader).",
+        "get_sampler": "read the sampler from the DataLoader you prepared (dataloader.sampler / dataloader.batch_sampler).",
+    },
+    __name__,
+)

@@ -4,8 +4,13 @@ Accelerate's names: `GeneralTracker` for custom trackers, `LoggerType`, `filter_
 `register_tracker_class`, `get_available_trackers`, and one class per library. Each library is
 an optional extra (`pip install "accel[tensorboard]"`); `JSONLinesTracker` ("jsonl") needs none.
 See docs/tracking.md.
+
+Accelerate's trackers for the libraries accel does not ship (Comet ML, ClearML, DVCLive, SwanLab,
+Trackio) can be imported, so that a script importing one still runs; building one raises
+NotImplementedError saying to wrap the library in a GeneralTracker subclass.
 """
 
+from accel._accelerate_names import refusals
 from accel.tracking.aim_tracker import AimTracker
 from accel.tracking.base import GeneralTracker, on_main_process
 from accel.tracking.jsonl_tracker import JSONLinesTracker
@@ -30,3 +35,9 @@ __all__ = [
     "on_main_process",
     "register_tracker_class",
 ]
+
+_NOT_SHIPPED = "accel does not ship this tracker; wrap the library in a GeneralTracker subclass (docs/tracking.md) and pass an instance as log_with."
+__getattr__ = refusals(
+    dict.fromkeys(("CometMLTracker", "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker"), _NOT_SHIPPED),
+    __name__,
+)

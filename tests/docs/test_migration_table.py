@@ -32,6 +32,7 @@ importlib.import_module("accelerate.utils")
 
 import accel
 import accel.utils
+from accel._accelerate_names import is_refused
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
 SUPPORTED, DIFFERS, NOT_SUPPORTED, COMING = "supported", "supported, differs", "not supported", "coming, see issue 13"
@@ -118,11 +119,12 @@ def accelerate_instance_attributes() -> set[str]:
     return {name for name in json.loads(done.stdout.splitlines()[-1]) if not name.startswith("_")}
 
 
-def check_against(rows: list[Row], exists: Any, where: str) -> None:
-    """Supported rows name what exists in accel; not-supported rows name what does not."""
+def check_against(rows: list[Row], exists: Any, where: str, refused: Any = lambda name: False) -> None:
+    """Supported rows name what exists in accel; not-supported rows name what does not, or what `refused`
+    says is a refusing stand-in (importable, raising NotImplementedError with the reason when used)."""
     absent = sorted(name for name in names_of(rows, SUPPORTED, DIFFERS) if not exists(name))
     assert not absent, f"docs/migration.md marks these supported, but {where} has no such name: {absent}"
-    stale = sorted(name for name in names_of(rows, NOT_SUPPORTED) if exists(name))
+    stale = sorted(name for name in names_of(rows, NOT_SUPPORTED) if exists(name) and not refused(name))
     assert not stale, f"docs/migration.md marks these not supported, but {where} has them; update their rows: {stale}"
 
 
@@ -164,7 +166,10 @@ def test_every_public_name_of_the_accelerate_package_has_a_row() -> None:
     assert not unknown, f"no such names in Accelerate: {unknown}"
     top_level = {name.removeprefix("accelerate.") for name in names_of(rows) if name.count(".") == 1}
     assert not public(accelerate) - top_level, f"add rows for accelerate.{sorted(public(accelerate) - top_level)}"
-    check_against(rows, lambda name: resolve("accel" + name.removeprefix("accelerate")) is not _MISSING, "accel")
+    def ours(name: str) -> Any:
+        return resolve("accel" + name.removeprefix("accelerate"))
+
+    check_against(rows, lambda name: ours(name) is not _MISSING, "accel", lambda name: is_refused(ours(name)))
 
 
 def test_every_public_name_of_accelerate_utils_has_a_row_or_is_out_of_scope() -> None:
@@ -189,7 +194,11 @@ def test_every_name_defined_in_accelerate_data_loader_has_a_row() -> None:
     theirs = {name for name in public(loader_module) if getattr(getattr(loader_module, name), "__module__", None) == loader_module.__name__}
     assert not theirs - names_of(rows), f"add rows for accelerate.data_loader.{sorted(theirs - names_of(rows))}"
     assert not names_of(rows) - theirs, f"not names of accelerate.data_loader: {sorted(names_of(rows) - theirs)}"
-    check_against(rows, lambda name: hasattr(accel.data_loader, name), "accel.data_loader")
+    check_against(rows, lambda name: hasattr(accel.data_loader, name), "accel.data_loader",
+                  lambda name: is_refused(getattr(accel.data_loader, name)))
+    for name in names_of(rows, NOT_SUPPORTED):  # each one imports, and says why when used
+        with pytest.raises(NotImplementedError, match=rf"accel\.data_loader\.{name} is not supported by accel: \w"):
+            getattr(accel.data_loader, name)()
 
 
 def _home(name: str) -> str | None:
