@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.launchers import notebook_launcher as notebook_launcher
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import BitsandbytesKwargs as BitsandbytesKwargs
+    from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import FP8RecipeKwargs as FP8RecipeKwargs
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
@@ -40,6 +41,7 @@ _EXPORTS = {
     "Accelerator": "accel.accelerator",
     "AutocastKwargs": "accel.kwargs_handlers",
     "BitsandbytesKwargs": "accel.kwargs_handlers",
+    "DDPCommunicationHookType": "accel.kwargs_handlers",
     "DistributedDataParallelKwargs": "accel.kwargs_handlers",
     "FP8RecipeKwargs": "accel.kwargs_handlers",
     "GradScalerKwargs": "accel.kwargs_handlers",

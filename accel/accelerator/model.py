@@ -84,7 +84,9 @@ def wrap_for_processes(model: nn.Module, state: ProcessState, options: Distribut
     device_ids = [state.device] if state.device.type in ("cuda", "xpu") else None
     # Only the options the user changed: torch's defaults are the handler's, and naming a
     # deprecated option (broadcast_buffers) at its default would make torch warn for nothing.
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options.to_kwargs())
+    wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options.ddp_kwargs())
+    options.register_comm_hook(wrapped)
+    return wrapped
 
 
 def restore_forward(model: nn.Module) -> None:

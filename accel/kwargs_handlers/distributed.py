@@ -6,30 +6,90 @@ in a single process there is no process group and no DDP wrapper to apply them t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import inspect
+from typing import Any
 
 from accel._validation import check_bool, check_choice
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
+from accel.kwargs_handlers.comm_hooks import (
+    POWER_SGD_HOOKS,
+    WRAPPERS,
+    DDPCommunicationHookType,
+    as_hook_type,
+    register_comm_hook,
+)
 
 PROCESS_GROUP_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 
 
 @kwargs_handler()
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Options passed to torch.nn.parallel.DistributedDataParallel."""
+    """Options passed to torch.nn.parallel.DistributedDataParallel, and the communication hook
+    registered on it (`comm_hook`, `comm_wrapper`, `comm_state_option`: see comm_hooks.py)."""
 
+    dim: int = 0
     broadcast_buffers: bool = True
     bucket_cap_mb: float = 25
     find_unused_parameters: bool = False
+    check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    """How gradient buckets are all-reduced: NO (float32), FP16, BF16, POWER_SGD, BATCHED_POWER_SGD."""
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    """FP16 or BF16: compress what a PowerSGD hook sends."""
+    comm_state_option: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """PowerSGDState's options (matrix_approximation_rank, start_powerSGD_iter, ...), for a PowerSGD hook."""
 
     def __post_init__(self) -> None:
-        for name in ("broadcast_buffers", "find_unused_parameters", "gradient_as_bucket_view", "static_graph"):
-            check_bool(f"DistributedDataParallelKwargs.{name}", getattr(self, name))
+        owner = "DistributedDataParallelKwargs"
+        for name in ("broadcast_buffers", "find_unused_parameters", "check_reduction", "gradient_as_bucket_view", "static_graph"):
+            check_bool(f"{owner}.{name}", getattr(self, name))
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int):
+            raise ValueError(f"{owner}.dim={self.dim!r} must be an int (the batch dimension; default 0).")
         cap = self.bucket_cap_mb
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or cap <= 0:
-            raise ValueError(f"DistributedDataParallelKwargs.bucket_cap_mb={cap!r} must be a number > 0 (default 25).")
+            raise ValueError(f"{owner}.bucket_cap_mb={cap!r} must be a number > 0 (default 25).")
+        hook = as_hook_type(f"{owner}.comm_hook", self.comm_hook, tuple(DDPCommunicationHookType))
+        wrapper = as_hook_type(f"{owner}.comm_wrapper", self.comm_wrapper, WRAPPERS)
+        object.__setattr__(self, "comm_hook", hook)
+        object.__setattr__(self, "comm_wrapper", wrapper)
+        if wrapper is not DDPCommunicationHookType.NO and hook not in POWER_SGD_HOOKS:
+            raise ValueError(
+                f"{owner}(comm_wrapper={wrapper.name}) compresses what a PowerSGD hook sends, and comm_hook is "
+                f"{hook.name}: give comm_hook=DDPCommunicationHookType.POWER_SGD (or BATCHED_POWER_SGD), or leave the "
+                "wrapper out (comm_hook=FP16 or BF16 already all-reduces in 16 bits)."
+            )
+        self._check_state_options(hook)
+
+    def _check_state_options(self, hook: DDPCommunicationHookType) -> None:
+        options = self.comm_state_option
+        if not isinstance(options, dict):
+            raise TypeError(f"DistributedDataParallelKwargs.comm_state_option={options!r} must be a dict.")
+        if options and hook not in POWER_SGD_HOOKS:
+            raise ValueError(
+                f"DistributedDataParallelKwargs.comm_state_option={options!r} configures PowerSGD, and comm_hook is "
+                f"{hook.name}: give a PowerSGD comm_hook, or leave the options out."
+            )
+        from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+        known = set(inspect.signature(PowerSGDState.__init__).parameters) - {"self", "process_group"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"DistributedDataParallelKwargs.comm_state_option has unknown keys {unknown}; PowerSGDState takes "
+                f"{sorted(known)}."
+            )
+
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """The options DistributedDataParallel itself takes, those that differ from the defaults."""
+        return {k: v for k, v in self.to_kwargs().items() if k not in ("comm_hook", "comm_wrapper", "comm_state_option")}
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register the communication hook (if any) on the DistributedDataParallel `model`."""
+        register_comm_hook(model, self.comm_hook, self.comm_wrapper, self.comm_state_option)
 
 
 @kwargs_handler()

@@ -6,6 +6,7 @@ from accel.accelerator.types import DistributedType, PrecisionType
 from accel.kwargs_handlers import (
     AutocastKwargs,
     BitsandbytesKwargs,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     FP8RecipeKwargs,
     GradScalerKwargs,
@@ -23,6 +24,7 @@ __all__ = [
     "AutocastKwargs",
     "BitsandbytesKwargs",
     "DataLoaderConfiguration",
+    "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "FP8RecipeKwargs",
