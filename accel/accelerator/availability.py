@@ -21,6 +21,11 @@ def is_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def is_rocm_available() -> bool:
+    """True when this torch is a ROCm (AMD) build and a GPU can be used (Accelerate's check)."""
+    return torch.version.hip is not None and torch.cuda.is_available()
+
+
 def is_xpu_available(check_device: bool = False) -> bool:
     """True when an Intel XPU can be used."""
     return hasattr(torch, "xpu") and torch.xpu.is_available()

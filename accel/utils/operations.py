@@ -2,29 +2,59 @@
 
 Each is a thin wrapper: it takes the process layout from the environment and the running process
 group (see accel.accelerator.partial_state.current_process_state) and calls the function of
-accel.accelerator that does the work, which an Accelerator's methods call too.
+accel.accelerator that does the work, which an Accelerator's methods call too. The module also
+gives, at Accelerate's path, the nested-structure helpers of accel.utils.structures.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from accel.accelerator import operations, padding
 from accel.accelerator.operations import DistributedOperationException
 from accel.accelerator.padding import CannotPadNestedTensorWarning
 from accel.accelerator.partial_state import current_process_state
 from accel.accelerator.transfer import send_to_device
+from accel.utils.structures import (
+    ConvertOutputsToFp32,
+    concatenate,
+    convert_outputs_to_fp32,
+    convert_to_fp32,
+    find_device,
+    honor_type,
+    is_namedtuple,
+    is_torch_tensor,
+    listify,
+    pad_input_tensors,
+    recursively_apply,
+    slice_tensors,
+)
 
 __all__ = [
     "CannotPadNestedTensorWarning",
+    "ConvertOutputsToFp32",
     "DistributedOperationException",
     "broadcast",
     "broadcast_object_list",
+    "concatenate",
+    "convert_outputs_to_fp32",
+    "convert_to_fp32",
+    "copy_tensor_to_devices",
+    "find_device",
     "gather",
     "gather_object",
+    "honor_type",
+    "is_namedtuple",
+    "is_torch_tensor",
+    "listify",
     "pad_across_processes",
+    "pad_input_tensors",
+    "recursively_apply",
     "reduce",
     "send_to_device",
+    "slice_tensors",
     "wait_for_everyone",
 ]
 
@@ -67,3 +97,21 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
 def wait_for_everyone() -> None:
     """Block until every process reaches this call (nothing to wait for in one process)."""
     operations.barrier(current_process_state())
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
+    """The tensor that one process holds, on every process (on its device); the others pass None.
+
+    Unlike `broadcast`, the receiving processes need not know the shape or dtype: the holder's
+    travel first. It is a sum over the processes (as in Accelerate), so when several hold a
+    tensor, of the same shape and dtype, every process gets their sum.
+    """
+    state = current_process_state()
+    layouts = operations.gather_objects(None if tensor is None else (tuple(tensor.shape), tensor.dtype), state)
+    layout = next((item for item in layouts if item is not None), None)
+    if layout is None:
+        raise ValueError("copy_tensor_to_devices: every process passed None; one must pass the tensor to copy.")
+    if tensor is None:
+        shape, dtype = layout
+        tensor = torch.zeros(shape, dtype=dtype, device=state.device)
+    return operations.reduce(tensor, state, "sum")
