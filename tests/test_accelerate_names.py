@@ -64,3 +64,11 @@ def test_unknown_names_are_still_attribute_errors() -> None:
     for module, name in ((accel, "no_such_thing"), (accel.big_modeling, "no_such_thing"), (accel.data_loader, "Nope")):
         with pytest.raises(AttributeError):
             getattr(module, name)
+
+
+def test_accelerate_utils_big_model_names_are_forwarded_too() -> None:
+    from accel.utils import has_offloaded_params, load_checkpoint_in_model
+
+    assert has_offloaded_params is accelerate.utils.has_offloaded_params
+    assert load_checkpoint_in_model is accelerate.utils.load_checkpoint_in_model
+    assert has_offloaded_params(torch.nn.Linear(2, 2)) is False

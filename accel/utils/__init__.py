@@ -8,6 +8,8 @@ status and its differences from Accelerate.
 
 from __future__ import annotations
 
+from accel._accelerate_names import forwarding
+
 from typing import Any
 
 from accel.accelerator.availability import (
@@ -195,7 +197,23 @@ __all__ = [
 ]
 
 
+_BIG_MODEL = frozenset({
+    "OffloadedWeightsLoader", "PrefixedDataset", "align_module_device", "calculate_maximum_sizes", "check_device_map",
+    "check_tied_parameters_in_config", "check_tied_parameters_on_same_device", "compute_module_sizes",
+    "convert_file_size_to_int", "dtype_byte_size", "extract_submodules_state_dict", "find_tied_parameters",
+    "get_balanced_memory", "get_max_layer_size", "get_max_memory", "has_offloaded_params", "id_tensor_storage",
+    "infer_auto_device_map", "load_checkpoint_in_model", "load_offloaded_weight", "load_offloaded_weights",
+    "load_state_dict", "named_module_tensors", "offload_state_dict", "offload_weight", "retie_parameters",
+    "save_offload_index", "set_module_tensor_to_device",
+})
+"""accelerate.utils' names from its modeling and offload modules (big-model inference): Accelerate's own,
+forwarded when accelerate is installed, else stand-ins that raise ImportError naming the install when used."""
+_forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _BIG_MODEL:
+        return _forward_big_model(name)
     if name in _FROM_TRACKING:
         import accel.tracking
 
