@@ -212,6 +212,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
             for index, obj in enumerate(result):
                 if accepts(obj):
                     result[index] = prepare(obj, device_placement=placements[index])
+                    result[index]._is_accelerate_prepared = True  # Accelerate's mark, which other code reads
         prepare_checks.check_quantized_optimizers(self._optimizers, self.quantizer)
         self.precision.after_prepare(self._models, self._optimizers)
         prepare_checks.check_orphan_optimizers(

@@ -94,3 +94,10 @@ def test_dataloader_wrapper_behaves_like_the_loader() -> None:
 def test_empty_dataloader_yields_nothing() -> None:
     loader = DataLoader(TensorDataset(torch.randn(0, 4)), batch_size=4)
     assert list(Accelerator().prepare(loader)) == []
+
+
+def test_prepared_objects_carry_accelerates_mark_and_others_do_not() -> None:
+    model, optimizer, loader, scheduler = _objects()
+    other = [1, 2, 3]
+    prepared = Accelerator().prepare(model, optimizer, loader, scheduler, other)
+    assert [getattr(obj, "_is_accelerate_prepared", False) for obj in prepared] == [True, True, True, True, False]
