@@ -28,7 +28,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """The backend's zero_grad where it holds gradients outside param.grad (native FP8 O1/O2), else None."""
         self._gradients = gradients
         self._unscaled = False
-        self._step_was_skipped = False
+        self._is_overflow = False  # Accelerate's name for it, which code written for Accelerate sets and reads
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -49,13 +49,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     @property
     def step_was_skipped(self) -> bool:
         """True when the last step was skipped because gradients held inf or NaN."""
-        return self._step_was_skipped
+        return self._is_overflow
 
     def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
         """Step (through the loss scaler if there is one), on sync micro-batches only."""
         if self._gradients.sync_gradients:
             try:
-                self._step_was_skipped = not self._backend.optimizer_step(self.optimizer, closure)
+                self._is_overflow = not self._backend.optimizer_step(self.optimizer, closure)
             finally:
                 self._unscaled = False
 

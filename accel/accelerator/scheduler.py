@@ -40,7 +40,7 @@ class AcceleratedScheduler:
             if not self._gradients.sync_gradients:
                 return
             for optimizer in self.optimizers:
-                if optimizer._step_was_skipped:
+                if optimizer._is_overflow:
                     return
         self.scheduler.step(*args, **kwargs)
 

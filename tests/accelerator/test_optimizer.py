@@ -84,3 +84,18 @@ def test_attributes_are_forwarded() -> None:
     model(torch.randn(1, 2)).sum().backward()
     optimizer.step()
     assert calls == [1]
+
+
+def test_a_step_marked_skipped_the_way_accelerates_tests_mark_it_holds_the_schedule() -> None:
+    # Accelerate's tests (and code written for it) set optimizer._is_overflow to say the step was skipped.
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / 10)
+    accelerator = Accelerator()
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    optimizer._is_overflow = True
+    scheduler.step()
+    assert optimizer.step_was_skipped and scheduler.get_last_lr() == [1.0]
+    optimizer._is_overflow = False
+    scheduler.step()
+    assert scheduler.get_last_lr() == [0.9]
