@@ -23,7 +23,7 @@ naming this process's rank and the operation (see collective_errors.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -38,6 +38,8 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.
 
 Keep = int | list[int] | None
 """Which rows of a gathered last batch are real samples: the first n, these positions, or all (None)."""
+Shape = tuple[int, ...]
+
 
 class DistributedOperationException(ValueError):
     """The tensors of a collective do not fit together across the processes (different structures or
@@ -76,7 +78,7 @@ def gather(data: Any, state: ProcessState) -> Any:
         return data
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "gather")
-    shapes = _all_shapes([tuple(t.shape) for t in leaves], state, "gather")
+    shapes = all_shapes([tuple(t.shape) for t in leaves], state, "gather")
     return rebuild(data, [_gather_one(t, [s[i] for s in shapes], state) for i, t in enumerate(leaves)])
 
 
@@ -92,7 +94,7 @@ def reduce(data: Any, state: ProcessState, reduction: str = "sum", check_shapes:
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "reduce")
     if check_shapes:
-        _all_shapes([tuple(t.shape) for t in leaves], state, "reduce")
+        all_shapes([tuple(t.shape) for t in leaves], state, "reduce")
     results = []
     for tensor in leaves:
         total = _to_comm(tensor, state).clone()
@@ -194,7 +196,7 @@ def broadcast(data: Any, state: ProcessState, from_process: int = 0, check_shape
     leaves = tensors_of(data)
     _check_tensor_data(data, leaves, "broadcast")
     if check_shapes:
-        _all_shapes([tuple(t.shape) for t in leaves], state, "broadcast")
+        all_shapes([tuple(t.shape) for t in leaves], state, "broadcast")
     for tensor in leaves:
         moved = _to_comm(tensor, state)
         dist.broadcast(moved, src=from_process)
@@ -225,7 +227,7 @@ def _gather_one(tensor: torch.Tensor, shapes: list[tuple[int, ...]], state: Proc
     return torch.cat(parts).to(tensor.device)
 
 
-def _all_shapes(shapes: list[tuple[int, ...]], state: ProcessState, operation: str) -> list[list[tuple[int, ...]]]:
+def all_shapes(shapes: list[Shape], state: ProcessState, operation: str) -> list[list[Shape]]:
     """Every process's list of tensor shapes; raises on every process when they do not fit `operation`."""
     if len(shapes) <= _HEADER_LEAVES and all(len(s) <= _HEADER_DIMS for s in shapes):
         header = torch.full((1 + _HEADER_LEAVES * (1 + _HEADER_DIMS),), -1, dtype=torch.int64)
@@ -251,17 +253,22 @@ def _decode_header(header: torch.Tensor) -> list[tuple[int, ...]]:
     return shapes
 
 
-_SHAPE_ADVICE = {
-    "gather": "only the first dimension may differ between processes (pad the others to the same size)",
-    "reduce": "reduce needs the same shape on every process (for per-sample values of an uneven last batch, "
-              "reduce their sum and their count, or use gather_for_metrics)",
-    "broadcast": "every process must pass tensors of the source's shapes",
+_SHAPE_RULES: dict[str, tuple[Callable[[Shape, Shape], bool], str]] = {
+    "gather": (lambda a, b: len(a) == len(b) and a[1:] == b[1:],
+               "only the first dimension may differ between processes (pad the others to the same size)"),
+    "reduce": (lambda a, b: a == b,
+               "reduce needs the same shape on every process (for per-sample values of an uneven last batch, "
+               "reduce their sum and their count, or use gather_for_metrics)"),
+    "broadcast": (lambda a, b: a == b, "every process must pass tensors of the source's shapes"),
+    "pad_across_processes": (lambda a, b: len(a) == len(b), "padding evens out sizes, not numbers of dimensions"),
 }
+"""operation: (do two processes' shapes of one tensor fit it, what to do when they do not)."""
 
 
-def _check_shapes(everyone: list[list[tuple[int, ...]]], operation: str) -> None:
-    """Raise DistributedOperationException unless every process holds the same number of tensors with shapes fit for
-    `operation`: the same trailing shapes for gather, the same shapes for reduce and broadcast."""
+def _check_shapes(everyone: list[list[Shape]], operation: str) -> None:
+    """Raise DistributedOperationException unless every process holds the same number of tensors, with
+    shapes that fit `operation` (its rule in _SHAPE_RULES)."""
+    fits, advice = _SHAPE_RULES[operation]
     main = everyone[0]
     for rank, shapes in enumerate(everyone):
         if len(shapes) != len(main):
@@ -270,11 +277,10 @@ def _check_shapes(everyone: list[list[tuple[int, ...]]], operation: str) -> None
                 "process must pass the same structure."
             )
         for index, (mine, theirs) in enumerate(zip(main, shapes)):
-            differ = mine != theirs if operation != "gather" else len(mine) != len(theirs) or mine[1:] != theirs[1:]
-            if differ:
+            if not fits(mine, theirs):
                 raise DistributedOperationException(
                     f"{operation}: tensor {index} has shape {list(theirs)} on process {rank} but {list(mine)} on "
-                    f"process 0; {_SHAPE_ADVICE[operation]}."
+                    f"process 0; {advice}."
                 )
 
 

@@ -148,14 +148,16 @@ def setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> A
 
 
 def check_same_setup(accelerator: Any) -> None:
-    """Compare this process's configuration with the others' (one small all-gather); raise if any
-    differs, naming the setting and the processes (see distributed.check_same_setup)."""
+    """Check the DDP options against the process group's backend, then compare this process's
+    configuration with the others' (one small all-gather); raise if any differs, naming the setting
+    and the processes (see distributed.check_same_setup)."""
     from accel.accelerator import distributed
     from accel.kwargs_handlers import DistributedDataParallelKwargs
 
     if not accelerator.process_state.distributed:
         return
     handlers = accelerator.handlers
+    handlers.get(DistributedDataParallelKwargs).check_backend(accelerator.process_state.backend)
     recipes = {kind.__name__: handlers.get(kind) for kind in accelerator.precision.handler_types}
     if accelerator.quantizer is not None:
         recipes["BitsandbytesKwargs"] = accelerator.quantizer.options

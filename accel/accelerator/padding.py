@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from accel.accelerator.operations import DistributedOperationException, gather_objects, rebuild, tensors_of
+from accel.accelerator.operations import all_shapes, rebuild, tensors_of
 from accel.accelerator.state import ProcessState
 
 
@@ -33,8 +33,7 @@ def pad_across_processes(
                       CannotPadNestedTensorWarning, stacklevel=2)
     if not state.distributed:
         return data
-    shapes = gather_objects([tuple(t.shape) for t in leaves], state)
-    _check_dimensions(shapes)
+    shapes = all_shapes([tuple(t.shape) for t in leaves], state, "pad_across_processes")
     padded = []
     for index, tensor in enumerate(leaves):
         axis = dim + tensor.ndim if dim < 0 else dim
@@ -44,24 +43,6 @@ def pad_across_processes(
         longest = max(theirs[index][axis] for theirs in shapes)
         padded.append(_pad(tensor, axis, longest, pad_index, pad_first))
     return rebuild(data, padded)
-
-
-def _check_dimensions(everyone: list[list[tuple[int, ...]]]) -> None:
-    """Raise DistributedOperationException on every process unless each holds as many tensors, each
-    with the same number of dimensions (only sizes may differ: that is what padding evens out)."""
-    main = everyone[0]
-    for rank, shapes in enumerate(everyone):
-        if len(shapes) != len(main):
-            raise DistributedOperationException(
-                f"pad_across_processes: process {rank} passed {len(shapes)} tensor(s) but process 0 passed "
-                f"{len(main)}; every process must pass the same structure."
-            )
-        for index, (mine, theirs) in enumerate(zip(main, shapes)):
-            if len(mine) != len(theirs):
-                raise DistributedOperationException(
-                    f"pad_across_processes: tensor {index} has shape {list(theirs)} on process {rank} but "
-                    f"{list(mine)} on process 0; padding evens out sizes, not numbers of dimensions."
-                )
 
 
 def _pad(tensor: torch.Tensor, axis: int, size: int, pad_index: Any, pad_first: bool) -> torch.Tensor:

@@ -76,9 +76,9 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
             for line in repeat_lines(failures):
                 print(line, file=sys.stderr, flush=True)
     except ChildFailedError as error:
-        rank, status = _first_failure(error, failures, seen.get("running", []))
-        first = first_record(failures)
-        for line in (never_joined_line(first, seen.get("running", []), _world_size(args)), elsewhere_line(failures, first)):
+        first, running = first_record(failures), seen.get("running", [])
+        rank, status = _first_failure(error, first, running)
+        for line in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
             if line:
                 print(line, file=sys.stderr, flush=True)
         print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
@@ -95,10 +95,11 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
     return 0
 
 
-def _first_failure(error: Any, failures: Path, stopped: Sequence[int]) -> tuple[int, int]:
+def _first_failure(error: Any, record: dict[str, Any], stopped: Sequence[int]) -> tuple[int, int]:
     """(rank, exit code) of the failure to report: a worker killed by a signal nobody in the job sent
     (`stopped`: the ranks the launcher stopped) unless another raised an error of its own; else the
-    worker whose traceback was printed; else torchrun's first failure.
+    worker of `record` (first_failure.first_record: the failure that caused the others); else
+    torchrun's first failure.
 
     A worker killed from outside (the out-of-memory killer) prints nothing, and the others fail only
     because it left them: their tracebacks are not the cause. The first worker to raise may still be
@@ -107,7 +108,6 @@ def _first_failure(error: Any, failures: Path, stopped: Sequence[int]) -> tuple[
     """
     found = getattr(error, "failures", {})
     killed = sorted(rank for rank, failure in found.items() if failure.exitcode < 0 and rank not in stopped)
-    record = first_record(failures)
     claimed = record.get("rank")
     if killed and (claimed not in found or record.get("lost_peer")):
         return killed[0], found[killed[0]].exitcode

@@ -124,14 +124,19 @@ def _without_frames(tb: TracebackType | None, hidden_files: tuple[str, ...]) -> 
     return start or tb
 
 
+def _read(path: Path) -> dict[str, Any] | None:
+    """A process's record with its rank as an int; None when unreadable or its rank is not a number."""
+    try:
+        record = dict(json.loads(path.read_text(encoding="utf-8")))
+        return {**record, "rank": int(record["rank"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _records(folder: Path) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(folder.glob("rank*.json")):
-        try:
-            records.append(dict(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError):
-            continue
-    return records
+    """Every failing process's record, in rank order."""
+    records = [record for path in folder.glob("rank*.json") if (record := _read(path)) is not None]
+    return sorted(records, key=lambda record: record["rank"])
 
 
 def first_record(folder: Path) -> dict[str, Any]:
@@ -139,16 +144,13 @@ def first_record(folder: Path) -> dict[str, Any]:
     failing process's, unless it only lost a peer and another process failed on its own (a collective
     that timed out there can close the connections before that process's report is written); {} when
     none claimed it."""
-    try:
-        record = dict(json.loads((folder / FIRST).read_text(encoding="utf-8")))
-        record["rank"] = int(record["rank"])
-    except (OSError, ValueError, KeyError, TypeError):
+    record = _read(folder / FIRST)
+    if record is None:
         return {}
     if record.get("lost_peer"):
-        own = [other for other in _records(folder) if not other.get("lost_peer") and str(other.get("rank")).isdigit()]
+        own = [other for other in _records(folder) if not other.get("lost_peer")]
         if own:
-            cause = min(own, key=lambda other: int(other["rank"]))
-            return {**cause, "rank": int(cause["rank"])}
+            return own[0]
     return record
 
 
@@ -171,11 +173,10 @@ def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
     collective: one line saying the processes called different collectives, and the usual cause."""
     if first.get("reason") != "timeout" or not first.get("operation"):
         return None
-    elsewhere = sorted(
-        (int(record["rank"]), str(record["operation"])) for record in _records(folder)
-        if str(record.get("rank")).isdigit() and int(record["rank"]) != first["rank"]
-        and record.get("operation") and record.get("operation") != first["operation"]
-    )
+    elsewhere = [
+        (record["rank"], str(record["operation"])) for record in _records(folder)
+        if record["rank"] != first["rank"] and record.get("operation") and record.get("operation") != first["operation"]
+    ]
     if not elsewhere:
         return None
     where = ", ".join(f"rank {rank} waited in {operation}" for rank, operation in elsewhere)
@@ -189,7 +190,7 @@ def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
 def repeat_lines(folder: Path) -> list[str]:
     """One line for each failing process whose traceback was not printed, in rank order."""
     lines = []
-    for record in sorted(_records(folder), key=lambda r: int(r["rank"]) if str(r.get("rank")).isdigit() else -1):
+    for record in _records(folder):
         if record.get("shown", True):
             continue
         last = str(record.get("summary", "")).strip().splitlines()[-1:] or ["?"]

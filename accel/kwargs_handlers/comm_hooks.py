@@ -39,6 +39,23 @@ def as_hook_type(argument: str, value: Any, accepted: tuple[DDPCommunicationHook
     return hook
 
 
+_BF16_BACKENDS = ("nccl", "xccl")
+"""Where torch's bf16 hooks run (its own check says CUDA 11+ with NCCL 2.10+, or XPU with XCCL)."""
+
+
+def check_backend(hook: DDPCommunicationHookType, wrapper: DDPCommunicationHookType, backend: str | None) -> None:
+    """Raise ValueError when the process group's `backend` cannot run a bf16 hook or wrapper (torch's
+    DDP would refuse deep inside prepare with a TypeError)."""
+    bf16 = [f"{name}=BF16" for name, value in (("comm_hook", hook), ("comm_wrapper", wrapper))
+            if value is DDPCommunicationHookType.BF16]
+    if bf16 and backend is not None and not any(b in _BF16_BACKENDS for b in backend.split(",")):
+        raise ValueError(
+            f"DistributedDataParallelKwargs({', '.join(bf16)}): torch's bf16 hooks need the nccl (CUDA) or xccl (XPU) "
+            f"backend, and this run's process group uses {backend!r}. Use DDPCommunicationHookType.FP16 here, or run "
+            "on GPUs."
+        )
+
+
 def register_comm_hook(
     model: Any, hook: DDPCommunicationHookType, wrapper: DDPCommunicationHookType, state_options: Mapping[str, Any]
 ) -> None:

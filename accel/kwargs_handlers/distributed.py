@@ -18,6 +18,7 @@ from accel.kwargs_handlers.comm_hooks import (
     WRAPPERS,
     DDPCommunicationHookType,
     as_hook_type,
+    check_backend,
     register_comm_hook,
 )
 
@@ -68,7 +69,9 @@ class DistributedDataParallelKwargs(KwargsHandler):
         options = self.comm_state_option
         if not isinstance(options, dict):
             raise TypeError(f"DistributedDataParallelKwargs.comm_state_option={options!r} must be a dict.")
-        if options and hook not in POWER_SGD_HOOKS:
+        if not options:
+            return
+        if hook not in POWER_SGD_HOOKS:
             raise ValueError(
                 f"DistributedDataParallelKwargs.comm_state_option={options!r} configures PowerSGD, and comm_hook is "
                 f"{hook.name}: give a PowerSGD comm_hook, or leave the options out."
@@ -86,6 +89,10 @@ class DistributedDataParallelKwargs(KwargsHandler):
     def ddp_kwargs(self) -> dict[str, Any]:
         """The options DistributedDataParallel itself takes, those that differ from the defaults."""
         return {k: v for k, v in self.to_kwargs().items() if k not in ("comm_hook", "comm_wrapper", "comm_state_option")}
+
+    def check_backend(self, backend: str | None) -> None:
+        """Raise ValueError when the process group's `backend` cannot run the chosen hook (bf16 off nccl/xccl)."""
+        check_backend(self.comm_hook, self.comm_wrapper, backend)
 
     def register_comm_hook(self, model: Any) -> None:
         """Register the communication hook (if any) on the DistributedDataParallel `model`."""

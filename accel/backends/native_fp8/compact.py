@@ -176,11 +176,6 @@ class CompactGroup:
             grads.append(None if grad is None else StepGradient.of(grad))
         return grads
 
-    def finish_step(self) -> None:
-        """After the optimizer ran on materialised parameters: store those it updated (had a gradient)."""
-        for param in self.params:
-            param.finish_step(param.param.grad is not None)
-
     def drop_gradients(self) -> None:
         """zero_grad(): the FP8 gradients written since the last step are dropped (materialised
         values, from clipping, go back to their storage untouched)."""

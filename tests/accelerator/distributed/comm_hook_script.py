@@ -54,3 +54,7 @@ def train(name: str, handler: DistributedDataParallelKwargs, steps: int) -> None
 if __name__ == "__main__":
     for name, handler in HANDLERS.items():
         train(name, handler, steps=4)
+    try:  # torch's bf16 hooks run on nccl/xccl only; gloo here
+        Accelerator(kwarg_handlers=[DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.BF16)])
+    except ValueError as error:
+        report("bf16 refused", str(error))

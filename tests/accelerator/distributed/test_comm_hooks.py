@@ -36,6 +36,13 @@ def test_power_sgd_runs_with_its_options_and_wrapper_and_keeps_the_processes_in_
     assert run.of("power_sgd same weights") == [True, True]
 
 
+def test_a_bf16_hook_on_gloo_is_refused_when_the_accelerator_is_built(run: Launched) -> None:
+    messages = run.of("bf16 refused")
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("DistributedDataParallelKwargs(comm_hook=BF16): torch's bf16 hooks need the nccl")
+    assert "uses 'gloo'" in messages[0] and "Use DDPCommunicationHookType.FP16 here" in messages[0]
+
+
 @pytest.mark.parametrize(("options", "expected"), [
     ({"comm_hook": "int8"}, r"comm_hook='int8' is not accepted; accepted values: DDPCommunicationHookType.NO"),
     ({"comm_wrapper": DDPCommunicationHookType.FP16}, r"comm_wrapper=FP16\) compresses what a PowerSGD hook sends"),
