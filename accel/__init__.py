@@ -14,14 +14,14 @@ from accel._warnings import PrecisionWarning
 
 if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy names
     from accel.accelerator import Accelerator as Accelerator
-    from accel.accelerator.checkpointing import ProjectConfiguration as ProjectConfiguration
-    from accel.accelerator.configs import DataLoaderConfiguration as DataLoaderConfiguration
-    from accel.accelerator.configs import GradientAccumulationPlugin as GradientAccumulationPlugin
-    from accel.accelerator.memory import find_executable_batch_size as find_executable_batch_size
-    from accel.accelerator.partial_state import AcceleratorState as AcceleratorState
-    from accel.accelerator.partial_state import PartialState as PartialState
-    from accel.accelerator.skipping import skip_first_batches as skip_first_batches
-    from accel.accelerator.types import DistributedType as DistributedType
+    from accel.checkpointing import ProjectConfiguration as ProjectConfiguration
+    from accel.data.configuration import DataLoaderConfiguration as DataLoaderConfiguration
+    from accel.data.configuration import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
+    from accel.distributed.partial_state import AcceleratorState as AcceleratorState
+    from accel.distributed.partial_state import PartialState as PartialState
+    from accel.data.skipping import skip_first_batches as skip_first_batches
+    from accel.distributed.types import DistributedType as DistributedType
     from accel.big_modeling import init_empty_weights as init_empty_weights
     from accel.fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.big_modeling import init_on_device as init_on_device
@@ -47,14 +47,14 @@ _EXPORTS = {
     "GradScalerKwargs": "accel.kwargs_handlers",
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
     "LossScaleOverflowError": "accel.backends.loss_scaler",
-    "ProjectConfiguration": "accel.accelerator.checkpointing",
-    "AcceleratorState": "accel.accelerator.partial_state",
-    "DataLoaderConfiguration": "accel.accelerator.configs",
-    "DistributedType": "accel.accelerator.types",
-    "GradientAccumulationPlugin": "accel.accelerator.configs",
-    "PartialState": "accel.accelerator.partial_state",
-    "find_executable_batch_size": "accel.accelerator.memory",
-    "skip_first_batches": "accel.accelerator.skipping",
+    "ProjectConfiguration": "accel.checkpointing",
+    "AcceleratorState": "accel.distributed.partial_state",
+    "DataLoaderConfiguration": "accel.data.configuration",
+    "DistributedType": "accel.distributed.types",
+    "GradientAccumulationPlugin": "accel.data.configuration",
+    "PartialState": "accel.distributed.partial_state",
+    "find_executable_batch_size": "accel.training.out_of_memory",
+    "skip_first_batches": "accel.data.skipping",
     "init_empty_weights": "accel.big_modeling",
     "init_on_device": "accel.big_modeling",
     "notebook_launcher": "accel.launchers",

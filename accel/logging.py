@@ -25,7 +25,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         kwargs.setdefault("stacklevel", 2)
         if not self.isEnabledFor(level):
             return
-        from accel.accelerator.partial_state import PartialState
+        from accel.distributed.partial_state import PartialState
 
         state = PartialState()
         if main_process_only or not in_order:

@@ -46,7 +46,7 @@ from _timing import format_table  # noqa: E402
 from gpt import GPT, GPTConfig, build_datasets  # noqa: E402
 
 from accel import Accelerator, FP8RecipeKwargs  # noqa: E402
-from accel.backends.fp8 import fp8_backend_status  # noqa: E402
+from accel.backends.fp8.choice import fp8_backend_status  # noqa: E402
 
 
 @dataclass(frozen=True)

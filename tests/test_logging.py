@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "accelerator" / "distributed"))
+sys.path.insert(0, str(Path(__file__).parent / "distributed" / "two_processes"))
 
 from launching import launch  # noqa: E402
 

@@ -1,10 +1,10 @@
 """The Accelerator and the wrappers it puts around a training script's objects."""
 
 from accel.accelerator.accelerator import Accelerator
-from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
-from accel.accelerator.data import PreparedDataLoader
-from accel.accelerator.optimizer import AcceleratedOptimizer
-from accel.accelerator.scheduler import AcceleratedScheduler
+from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.loader import PreparedDataLoader
+from accel.training.optimizer import AcceleratedOptimizer
+from accel.training.scheduler import AcceleratedScheduler
 
 __all__ = [
     "AcceleratedOptimizer",

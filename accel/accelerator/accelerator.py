@@ -15,24 +15,27 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
 from accel._validation import check_bool
-from accel.accelerator import checkpointing, compiling, distributed, options, prepare_checks
-from accel.accelerator import model as model_utils
-from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
-from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
-from accel.accelerator.data import PreparedDataLoader
-from accel.accelerator.data_config import check_dataloader_config
+from accel.accelerator import options, prepare_checks
+from accel import checkpointing
+from accel.training import compiling
+from accel.distributed import process_group as distributed
+from accel.training import model as model_utils
+from accel.checkpointing.hooks import LoadHook, SaveHook
+from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.loader import PreparedDataLoader
+from accel.data.loader_options import check_dataloader_config
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
-from accel.accelerator.gradient_state import GradientState
-from accel.accelerator.memory import release_memory
-from accel.accelerator.optimizer import AcceleratedOptimizer
-from accel.accelerator.partial_state import AcceleratorState
-from accel.accelerator.processes import ProcessMixin
-from accel.accelerator.scheduler import AcceleratedScheduler
-from accel.accelerator.skipping import skip_first_batches
-from accel.accelerator.state import ProcessState
+from accel.training.gradient_state import GradientState
+from accel.training.out_of_memory import release_memory
+from accel.training.optimizer import AcceleratedOptimizer
+from accel.distributed.partial_state import AcceleratorState
+from accel.accelerator.process_methods import ProcessMixin
+from accel.training.scheduler import AcceleratedScheduler
+from accel.data.skipping import skip_first_batches
+from accel.distributed.process_state import ProcessState
 from accel.accelerator.synchronizing import SyncMixin
-from accel.accelerator.tracking import TrackingMixin
+from accel.accelerator.tracking_methods import TrackingMixin
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
@@ -45,7 +48,7 @@ from accel.kwargs_handlers import (
     collect_handlers,
 )
 from accel import fsdp
-from accel.accelerator import fsdp_wiring as sharding
+from accel.fsdp import strategy as sharding
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer

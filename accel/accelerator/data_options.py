@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from accel._validation import check_bool
-from accel.accelerator.configs import DataLoaderConfiguration
-from accel.accelerator.data_config import check_dataloader_config
+from accel.data.configuration import DataLoaderConfiguration
+from accel.data.loader_options import check_dataloader_config
 
 
 class DataOptionsMixin:

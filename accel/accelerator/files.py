@@ -12,11 +12,11 @@ from torch.utils.hooks import RemovableHandle
 
 from accel import fsdp
 from accel._warnings import warn_once
-from accel.accelerator import checkpointing
-from accel.accelerator import model as model_utils
-from accel.accelerator.checkpointing.hooks import LoadHook, SaveHook
-from accel.accelerator.io import require_safetensors_writer
-from accel.accelerator.model_files import parse_size, write_model_files, write_object
+from accel import checkpointing
+from accel.training import model as model_utils
+from accel.checkpointing.hooks import LoadHook, SaveHook
+from accel.checkpointing.safetensors_io import require_safetensors_writer
+from accel.checkpointing.model_files import parse_size, write_model_files, write_object
 from accel.backends.base import PrecisionBackend
 from accel.quantization import Quantizer
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from accel._validation import check_bool, check_int
-from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.backends.base import PrecisionBackend
-from accel.accelerator import fsdp_environment
+from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
 
@@ -151,7 +151,7 @@ def check_same_setup(accelerator: Any) -> None:
     """Check the DDP options against the process group's backend, then compare this process's
     configuration with the others' (one small all-gather); raise if any differs, naming the setting
     and the processes (see distributed.check_same_setup)."""
-    from accel.accelerator import distributed
+    from accel.distributed import process_group as distributed
     from accel.kwargs_handlers import DistributedDataParallelKwargs
 
     if not accelerator.process_state.distributed:

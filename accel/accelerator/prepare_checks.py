@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from accel.accelerator.optimizer import AcceleratedOptimizer
+from accel.training.optimizer import AcceleratedOptimizer
 from accel.backends.base import PrecisionBackend
 
 if TYPE_CHECKING:

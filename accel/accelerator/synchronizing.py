@@ -15,10 +15,10 @@ from torch import nn
 from torch.distributed.algorithms.join import Join, Joinable
 
 from accel import fsdp
-from accel.accelerator import operations
-from accel.accelerator.data import PreparedDataLoader
-from accel.accelerator.compiling import is_compiled
-from accel.accelerator.state import ProcessState
+from accel.distributed import operations
+from accel.data.loader import PreparedDataLoader
+from accel.training.compiling import is_compiled
+from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers, ProfileKwargs
 
 

@@ -8,7 +8,7 @@ import torch
 
 from accel.backends.amp import BF16Mixed, FP16Mixed
 from accel.backends.base import PrecisionBackend
-from accel.backends.fp8 import apply_precision_recipe, create_fp8_backend
+from accel.backends.fp8.choice import apply_precision_recipe, create_fp8_backend
 from accel.backends.full import DoublePrecision, FullPrecision
 from accel.backends.half import BF16True, HalfTrue
 from accel.backends.names import CANONICAL_PRECISIONS, canonical_precision, implied_recipe, resolve_precision

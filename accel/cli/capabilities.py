@@ -57,10 +57,10 @@ def gpu_descriptions() -> list[str]:
 def fp8_backend_status(device: Any = None) -> dict[str, str | None]:
     """FP8 backend -> None when it can run on `device` (default: the training device), else why not.
 
-    The backends' own capability checks (accel.backends.fp8.fp8_backend_status), which the
+    The backends' own capability checks (accel.backends.fp8.choice.fp8_backend_status), which the
     Accelerator also runs when it is built: the wizard and `accel env` say what it would.
     """
-    from accel.backends.fp8 import fp8_backend_status as backend_status
+    from accel.backends.fp8.choice import fp8_backend_status as backend_status
 
     status = backend_status(training_device() if device is None else device)
     return {name: status[name] for name in FP8_BACKEND_NAMES}

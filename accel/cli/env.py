@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from accel.cli.arguments import CONFIG_FILE_HELP
-from accel.cli.config_file import config_path
+from accel.cli.config.file import config_path
 
 COMMAND = "accel env"
 
@@ -75,7 +75,7 @@ def _precisions() -> list[str]:
 
 def _config(flag: str | None) -> list[str]:
     """The active config file, its content, and whether it loads."""
-    from accel.cli.config_file import load_config
+    from accel.cli.config.file import load_config
     from accel.cli.errors import CliError
 
     path, chosen_by = config_path(flag)

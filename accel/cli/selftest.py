@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from accel.cli import launch
+from accel.cli.launch import command as launch
 from accel.cli.arguments import given_settings
 from accel.settings import ALL_SETTINGS
 

@@ -18,7 +18,7 @@ from accel.fsdp.checkpoint import (
 from accel.fsdp.optimizer import parameter_names, retarget_optimizer
 from accel.fsdp.plugin import CONFIG_KEYS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
-from accel.fsdp.state import clip_grad_norm_, full_state_dict, is_sharded, no_sync
+from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, is_sharded, no_sync
 from accel.fsdp.wrap import modules_to_shard, shard_model
 
 __all__ = [

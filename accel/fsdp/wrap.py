@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import OffloadPolicy, fully_shard
 
 from accel._warnings import warn_once
-from accel.accelerator.state import ProcessState
+from accel.distributed.process_state import ProcessState
 from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
 

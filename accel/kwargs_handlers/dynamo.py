@@ -3,7 +3,7 @@
 The plugin validates what can be judged without torch (a known backend name, a known mode, a
 mode only where the backend takes one, the types). Whether the backend runs on this machine
 (registered in the installed torch, its library present, the device it needs) is checked by the
-Accelerator (accel/accelerator/compiling.py). A field left as None is read by the Accelerator
+Accelerator (accel/training/compiling.py). A field left as None is read by the Accelerator
 from its ACCEL_DYNAMO_* variable (set by `accel launch`), as Accelerate's plugin reads
 ACCELERATE_DYNAMO_*. Torch-free, so that the settings schema can use the names.
 """

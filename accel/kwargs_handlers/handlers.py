@@ -9,7 +9,7 @@ from typing import TypeVar
 from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
 from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
-from accel.kwargs_handlers.distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
+from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.kwargs_handlers.profile import ProfileKwargs
 

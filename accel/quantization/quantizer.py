@@ -94,7 +94,7 @@ class Quantizer:
 
     def model_state_dict(self, model: nn.Module, dequantize: bool = False) -> dict[str, torch.Tensor]:
         """The model's weights: quantized with their quant state (default), or dequantized to floating point."""
-        from accel.quantization.state import dequantized_state_dict, quantized_state_dict
+        from accel.quantization.state_dict import dequantized_state_dict, quantized_state_dict
 
         return dequantized_state_dict(model) if dequantize else quantized_state_dict(model)
 

@@ -12,7 +12,7 @@ from accel._accelerate_names import forwarding
 
 from typing import Any
 
-from accel.accelerator.availability import (
+from accel.availability import (
     is_aim_available,
     is_bf16_available,
     is_bnb_available,
@@ -45,14 +45,14 @@ from accel.accelerator.availability import (
     is_wandb_available,
     is_xpu_available,
 )
-from accel.accelerator.memory import (
+from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
     release_memory,
     should_reduce_batch_size,
 )
-from accel.accelerator.seeding import set_seed, synchronize_rng_states
-from accel.accelerator.skipping import skip_first_batches
+from accel.training.seeding import set_seed, synchronize_rng_states
+from accel.data.skipping import skip_first_batches
 from accel.utils.dataclasses import (
     AORecipeKwargs,
     MSAMPRecipeKwargs,

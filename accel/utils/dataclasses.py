@@ -1,8 +1,8 @@
 """The configuration classes and enums, at Accelerate's path `accelerate.utils.dataclasses`."""
 
-from accel.accelerator.checkpointing.project import ProjectConfiguration
-from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
-from accel.accelerator.types import DistributedType, PrecisionType
+from accel.checkpointing.project import ProjectConfiguration
+from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.distributed.types import DistributedType, PrecisionType
 from accel.kwargs_handlers import (
     AutocastKwargs,
     BitsandbytesKwargs,

@@ -68,8 +68,8 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | Path | 
     Accelerate, which does not overwrite)."""
     from accel.backends.names import resolve_precision
     from accel.cli.capabilities import gpu_count
-    from accel.cli.config_command import machine_defaults
-    from accel.cli.config_file import config_path, render, write_atomically
+    from accel.cli.config.command import machine_defaults
+    from accel.cli.config.file import config_path, render, write_atomically
 
     path = Path(save_location) if save_location is not None else config_path(None)[0]
     if path.exists():

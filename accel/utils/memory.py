@@ -1,6 +1,6 @@
 """Memory helpers, at Accelerate's path `accelerate.utils.memory`."""
 
-from accel.accelerator.memory import (
+from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
     release_memory,

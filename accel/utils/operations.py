@@ -1,7 +1,7 @@
 """Accelerate's functional collectives (`accelerate.utils.operations`), on this process's current state.
 
 Each is a thin wrapper: it takes the process layout from the environment and the running process
-group (see accel.accelerator.partial_state.current_process_state) and calls the function of
+group (see accel.distributed.partial_state.current_process_state) and calls the function of
 accel.accelerator that does the work, which an Accelerator's methods call too. The module also
 gives, at Accelerate's path, the nested-structure helpers of accel.utils.structures.
 """
@@ -12,11 +12,13 @@ from typing import Any
 
 import torch
 
-from accel.accelerator import operations, padding
-from accel.accelerator.operations import DistributedOperationException
-from accel.accelerator.padding import CannotPadNestedTensorWarning
-from accel.accelerator.partial_state import current_process_state
-from accel.accelerator.transfer import send_to_device
+from accel.distributed import operations
+
+from accel.distributed import padding
+from accel.distributed.operations import DistributedOperationException
+from accel.distributed.padding import CannotPadNestedTensorWarning
+from accel.distributed.partial_state import current_process_state
+from accel.data.transfer import send_to_device
 from accel.utils.structures import (
     ConvertOutputsToFp32,
     concatenate,

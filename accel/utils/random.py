@@ -1,5 +1,5 @@
 """`set_seed`, at Accelerate's path `accelerate.utils.random`."""
 
-from accel.accelerator.seeding import set_seed
+from accel.training.seeding import set_seed
 
 __all__ = ["set_seed"]

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from accel.accelerator.configs import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
 
 
 def test_dataloader_configuration_has_accelerates_fields_and_defaults() -> None:

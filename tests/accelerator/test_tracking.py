@@ -15,12 +15,12 @@ import torch
 
 TRACKING_TESTS = Path(__file__).parents[1] / "tracking"
 sys.path.insert(0, str(TRACKING_TESTS))
-sys.path.insert(0, str(Path(__file__).parent / "distributed"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "distributed" / "two_processes"))
 
 from launching import launch  # noqa: E402
 from tests_helpers import make_regression  # noqa: E402
 
-from accel.accelerator.checkpointing import ProjectConfiguration  # noqa: E402
+from accel.checkpointing import ProjectConfiguration  # noqa: E402
 from accel import Accelerator  # noqa: E402
 from accel.tracking import GeneralTracker, JSONLinesTracker, LoggerType  # noqa: E402
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from accel import Accelerator, GradScalerKwargs
-from accel.accelerator.checkpointing.manifest import describe_file
+from accel.checkpointing.manifest import describe_file
 from accel.backends.loss_scaler import LossScaleOverflowError, LossScaler
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accel.cli import accelerate_config
+from accel.cli.config import from_accelerate as accelerate_config
 from accel.cli.errors import CliError
 
 CONFIG = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: 'no'\nnum_processes: 2\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accel.cli.config_check import check_values
+from accel.cli.config.check import check_values
 from accel.cli.errors import CliError
 
 MARKER_SCRIPT = "import pathlib, sys\npathlib.Path(sys.argv[1]).write_text('ran')\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel.cli.config_file import config_path, render, to_yaml_data
+from accel.cli.config.file import config_path, render, to_yaml_data
 
 
 def test_flag_wins_over_variable_over_default() -> None:

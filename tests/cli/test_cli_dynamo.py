@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accel.cli.config_file import load_config, render
+from accel.cli.config.file import load_config, render
 from accel.cli.errors import CliError
 from tests.cli.test_cli_launch import reports
 

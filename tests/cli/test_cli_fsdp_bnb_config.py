@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from accel.cli import accelerate_config
-from accel.cli.config_check import probe
-from accel.cli.config_file import ConfigFile, load_config, render
+from accel.cli.config import from_accelerate as accelerate_config
+from accel.cli.config.check import probe
+from accel.cli.config.file import ConfigFile, load_config, render
 from accel.cli.errors import CliError
-from accel.cli.launch_plan import plan_launch
+from accel.cli.launch.plan import plan_launch
 from accel.fsdp import CONFIG_KEYS, FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import BitsandbytesKwargs
 from accel.settings import (

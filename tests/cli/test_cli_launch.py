@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from accel.cli.config_file import load_config
-from accel.cli.processes import torchrun_command
-from accel.cli.launch_plan import LaunchPlan
+from accel.cli.config.file import load_config
+from accel.cli.launch.children import torchrun_command
+from accel.cli.launch.plan import LaunchPlan
 
 
 def reports(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -224,7 +224,7 @@ def test_a_child_killed_from_outside_is_reported_with_the_likely_cause(run_accel
 def test_unreachable_machine_0_is_one_clear_line() -> None:
     import argparse
 
-    from accel.cli.distributed_run import _start_failure
+    from accel.cli.launch.distributed_run import _start_failure
 
     args = argparse.Namespace(master_addr="10.0.0.5", master_port=29877)
     error = RuntimeError("The client socket has timed out after 300000ms while trying to connect to (10.0.0.5, 29877).")

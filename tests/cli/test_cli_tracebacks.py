@@ -53,7 +53,7 @@ def test_the_same_failure_on_both_ranks_is_one_traceback_and_one_line(run_accel,
     assert result.stderr.strip().splitlines()[-1] == f"accel launch: crash.py exited with status 1 (rank {first} of 2)"
     # the traceback reads as the script's own: no frame of accel's worker bootstrap or of runpy
     assert re.search(re.escape(f'File "{tmp_path / "crash.py"}", line ') + r"\d+, in check", result.stderr)
-    assert "accel/cli/worker.py" not in result.stderr and "runpy" not in result.stderr
+    assert "accel/cli/launch/worker.py" not in result.stderr and "runpy" not in result.stderr
 
 
 EXIT_TOGETHER = """\

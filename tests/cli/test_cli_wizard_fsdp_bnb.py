@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from accel.cli.config_file import ConfigFile, load_config
-from accel.cli.launch_plan import plan_launch
+from accel.cli.config.file import ConfigFile, load_config
+from accel.cli.launch.plan import plan_launch
 from accel.kwargs_handlers import BitsandbytesKwargs
 from accel.settings import bnb_options_from_env
 from tests.cli.test_cli_wizard import DOWN, ENTER, Wizard

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from accel.cli import wizard_bnb, wizard_fsdp
+from accel.cli.config import wizard_bnb
+
+from accel.cli.config import wizard_fsdp
 
 
 class Script:

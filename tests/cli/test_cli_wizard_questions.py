@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from accel.cli import wizard
+from accel.cli.config import wizard
 
 
 class Script:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel.cli import wizard_recipe
+from accel.cli.config import wizard_recipe
 from accel.settings import FP8_SETTINGS_BY_KEY
 
 CPU = torch.device("cpu")
@@ -39,7 +39,7 @@ def test_ao_offers_current_scalings_and_only_the_fields_it_honours() -> None:
 def test_a_refused_value_says_why_in_a_menu_line() -> None:
     reason = wizard_recipe.problem({"fp8_backend": "native", "fp8_scaling": "mxfp8"}, CPU)
     assert reason is not None
-    from accel.cli.prompts import short_reason
+    from accel.cli.config.prompts import short_reason
 
     assert short_reason(reason) == "cannot run on the 'native' FP8 backend; it runs scaling 'delayed', 'current'"
 

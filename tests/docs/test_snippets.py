@@ -117,7 +117,7 @@ def _commands(code: str) -> list[str]:
 
 
 def _check_yaml(block: Block, folder: Path) -> None:
-    from accel.cli.config_file import load_config
+    from accel.cli.config.file import load_config
 
     path = folder / "config.yaml"
     path.write_text(block.code, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The helpers beside these tests, and the 2-process launcher of tests/accelerator/distributed, are importable by name."""
+"""The helpers beside these tests, and the 2-process launcher of tests/distributed/two_processes, are importable by name."""
 
 from __future__ import annotations
 
@@ -7,4 +7,4 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "accelerator" / "distributed"))
+sys.path.insert(0, str(HERE.parent / "distributed" / "two_processes"))

@@ -31,7 +31,7 @@ from launching import report
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, ProjectConfiguration
-from accel.accelerator.checkpointing import CheckpointError
+from accel.checkpointing import CheckpointError
 from accel.fsdp import full_optimizer_state_dict
 from accel.utils import FullyShardedDataParallelPlugin
 

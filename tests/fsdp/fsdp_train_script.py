@@ -21,7 +21,7 @@ from launching import report
 from fsdp_tiny import as_lists, batch, loss_of, make_model, optimizer_for
 
 from accel import Accelerator
-from accel.accelerator.model import prepare_model
+from accel.training.model import prepare_model
 from accel.fsdp import (
     FullyShardedDataParallelPlugin,
     clip_grad_norm_,

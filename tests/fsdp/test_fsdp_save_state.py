@@ -19,8 +19,8 @@ from fsdp_tiny import make_model
 from launching import Launched, launch
 from safetensors.torch import load_file
 
-from accel.accelerator.checkpointing import open_checkpoint
-from accel.accelerator.checkpointing.naming import numbered_checkpoints
+from accel.checkpointing import open_checkpoint
+from accel.checkpointing.naming import numbered_checkpoints
 
 SCRIPT = str(Path(__file__).parent / "fsdp_save_state_script.py")
 SAVE_AT = 6

@@ -16,8 +16,8 @@ import torch
 from fsdp_tiny import batch, loss_of, make_model, optimizer_for
 
 from accel import Accelerator
-from accel.accelerator.checkpointing import CheckpointError
-from accel.accelerator.checkpointing.manifest import describe_file
+from accel.checkpointing import CheckpointError
+from accel.checkpointing.manifest import describe_file
 from accel.fsdp.safe_reading import SafeLoadPlanner, UnsafeCheckpointError, read_metadata
 from accel.utils import FullyShardedDataParallelPlugin
 

@@ -13,7 +13,7 @@ from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from accel import Accelerator, FP8RecipeKwargs
-from accel.accelerator.state import ProcessState
+from accel.distributed.process_state import ProcessState
 from accel.fsdp import (
     FullyShardedDataParallelPlugin as Plugin,
     clip_grad_norm_,

@@ -1,5 +1,5 @@
 """accel.utils: every name Accelerate scripts import from accelerate.utils, and what each does in one
-process (the 2-process results are in tests/accelerator/distributed/test_partial_state.py)."""
+process (the 2-process results are in tests/distributed/two_processes/test_partial_state.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import accel.utils as utils
 def test_every_exported_name_imports_and_is_the_implementation() -> None:
     for name in utils.__all__:
         assert getattr(utils, name) is not None, name
-    from accel.accelerator.checkpointing import ProjectConfiguration
-    from accel.accelerator.memory import find_executable_batch_size
+    from accel.checkpointing import ProjectConfiguration
+    from accel.training.out_of_memory import find_executable_batch_size
     from accel.kwargs_handlers import FP8RecipeKwargs
 
     assert utils.ProjectConfiguration is ProjectConfiguration is accel.ProjectConfiguration

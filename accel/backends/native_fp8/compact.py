@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from accel.backends.native_fp8.distributed import average, world_size
+from accel.backends.native_fp8.data_parallel import average, world_size
 from accel.backends.native_fp8.grads import FP8Gradient
 from accel.backends.native_fp8.rounding import fp8_to_float
 from accel.backends.native_fp8.weights import HalfWeight

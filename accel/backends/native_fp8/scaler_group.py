@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from accel.backends.native_fp8 import distributed
+from accel.backends.native_fp8 import data_parallel as distributed
 from accel.backends.native_fp8.scaling import STATE_KEYS, TensorScaler, raw_scale
 
 

@@ -1,0 +1,133 @@
+"""Checkpoints with several processes: the main process writes, every process reads.
+
+* Saving: each process's own state (RNG states, dataloader positions) is gathered to every
+  process, gradients saved inside an accumulation window are averaged over the processes, and
+  the main process alone writes the folder. Its outcome (the folder, or its error) is sent to
+  all, so that every process returns the same folder or raises.
+* Loading: the main process picks the folder; every process reads what it needs; if any process
+  fails to read or check its part, every process raises, naming it (no process is left waiting
+  in a collective for one that gave up).
+* A checkpoint saved by N processes loads in M != N processes when no dataloader was in the
+  middle of an epoch (see compat.py): the shared state is the same in every process, processes
+  beyond N take the dataloader positions of process 0 and keep their own RNG states.
+
+With one process each function here just runs its action.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from accel.distributed import operations
+from accel.checkpointing import layout
+from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
+from accel.checkpointing.rng import capture_rng
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+T = TypeVar("T")
+
+_REBUILT = {
+    error.__name__: error
+    for error in (
+        CheckpointError, CheckpointWriteError, ValueError, TypeError, FileExistsError, FileNotFoundError,
+        NotADirectoryError, PermissionError, OSError,
+    )
+}
+"""Errors raised on one process that are raised again, as the same type, on the others."""
+
+
+def per_process_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
+    """File name -> (value, what it is) of every process's RNG states and dataloader positions."""
+    own = (capture_rng(), [loader.state_dict() for loader in accelerator._dataloaders])
+    found: dict[str, tuple[Any, str]] = {}
+    for rank, (rng, loaders) in _everyone(accelerator, own):
+        whose = f" of process {rank}" if accelerator.process_state.distributed else ""
+        found[layout.random_states_file(rank)] = (rng, f"the RNG states{whose}")
+        found[layout.dataloaders_file(rank)] = (loaders, f"the dataloaders' positions{whose}")
+    return found
+
+
+def _everyone(accelerator: Accelerator, own: Any) -> list[tuple[int, Any]]:
+    if not accelerator.process_state.distributed:
+        return [(accelerator.process_index, own)]
+    return list(enumerate(operations.gather_objects(own, accelerator.process_state)))
+
+
+def averaged(gradients: dict[str, torch.Tensor], accelerator: Accelerator) -> dict[str, torch.Tensor]:
+    """The processes' mean of gradients accumulated inside a window (without DDP's all-reduce yet).
+
+    DDP averages the accumulated gradients at the window's last micro-batch, so resuming every
+    process from the mean continues the window exactly: mean(a_r + b_r) = mean(a) + mean(b_r).
+    """
+    return operations.reduce(gradients, accelerator.process_state, "mean") if gradients else gradients
+
+
+def own_files(rank: int, saved_processes: int) -> tuple[str | None, str]:
+    """(this process's RNG file, or None when the saving run had no such process; its dataloader file)."""
+    if rank < saved_processes:
+        return layout.random_states_file(rank), layout.dataloaders_file(rank)
+    return None, layout.dataloaders_file(0)
+
+
+def warn_no_rng(rank: int, saved_processes: int) -> None:
+    warnings.warn(
+        f"load_state: the checkpoint holds the RNG states of {saved_processes} process(es), none for process {rank}; "
+        "it keeps its own (its random numbers, dropout say, do not continue a saved sequence).",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def on_main(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
+    """Run `action` on the main process only; its result on every process, or its error raised on every one."""
+    state = accelerator.process_state
+    if not state.distributed:
+        return action()
+    result: Any = None
+    error: Exception | None = None
+    if state.is_main_process:
+        try:
+            result = action()
+        except Exception as exc:
+            error = exc
+    outcome = operations.broadcast_object(("ok", result) if error is None else _describe(error), state)
+    if error is not None:
+        raise error
+    if outcome[0] != "ok":
+        raise _rebuild(outcome, f"{label} failed on the main process")
+    return outcome[1]  # type: ignore[no-any-return]
+
+
+def agree(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
+    """Run `action` on every process; if it raised on any, raise on every one (naming the first that failed)."""
+    state = accelerator.process_state
+    if not state.distributed:
+        return action()
+    result: Any = None
+    error: Exception | None = None
+    try:
+        result = action()
+    except Exception as exc:
+        error = exc
+    failures = operations.gather_objects(None if error is None else _describe(error), state)
+    if error is not None:
+        raise error
+    for rank, failure in enumerate(failures):
+        if failure is not None:
+            raise _rebuild(failure, f"{label} failed on process {rank}")
+    return result  # type: ignore[no-any-return]
+
+
+def _describe(error: Exception) -> tuple[str, str, str]:
+    return ("error", type(error).__name__, str(error))
+
+
+def _rebuild(failure: tuple[Any, ...], where: str) -> Exception:
+    _, kind, message = failure
+    return _REBUILT.get(kind, RuntimeError)(f"{where} ({kind}): {message}")

@@ -1,0 +1,54 @@
+"""Accelerate's save_state / load_state pre-hooks: code of the user's that saves or loads some
+models itself (diffusers' `save_pretrained` into the checkpoint folder, say).
+
+A save hook is called as `hook(models, weights, output_dir)` on the main process, just before
+the checkpoint's files are written, with `output_dir` the folder being written (it becomes the
+checkpoint atomically, with the hook's files in it). Removing an entry from `weights` means "I
+saved this model myself": accel does not write that model's weights. Under FSDP with
+SHARDED_STATE_DICT every process writes its shards itself and `weights` is empty (as in Accelerate).
+A load hook is called as `hook(models, input_dir)` on every process before anything is restored;
+removing an entry from `models` means "I loaded this model myself". Entries are matched by
+identity, so it does not matter which end a hook pops from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from accel.checkpointing import layout
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+SaveHook = Callable[[list[nn.Module], list[dict[str, torch.Tensor]], str], None]
+LoadHook = Callable[[list[nn.Module], str], None]
+
+
+def files_saved_by_hooks(
+    accelerator: Accelerator, tensors: dict[str, dict[str, torch.Tensor]], folder: Path
+) -> set[str]:
+    """Run the save hooks; return the names of the weight (and gradient) files accel must not write."""
+    hooks = list(accelerator._save_state_pre_hooks.values())
+    if not hooks:
+        return set()
+    present = [i for i in range(len(accelerator._models)) if layout.model_file(i) in tensors]  # none when sharded
+    weights = [tensors[layout.model_file(i)] for i in present]
+    for hook in hooks:
+        hook(list(accelerator._models), weights, str(folder))
+    kept = {id(w) for w in weights}
+    dropped = [i for i in present if id(tensors[layout.model_file(i)]) not in kept]
+    return {name for i in dropped for name in (layout.model_file(i), layout.gradients_file(i))}
+
+
+def models_loaded_by_accel(accelerator: Accelerator, folder: Path) -> list[int]:
+    """Run the load hooks; return the indices of the prepared models accel still restores."""
+    models: list[Any] = list(accelerator._models)
+    for hook in list(accelerator._load_state_pre_hooks.values()):
+        hook(models, str(folder))
+    kept = {id(m) for m in models}
+    return [i for i, model in enumerate(accelerator._models) if id(model) in kept]

@@ -1,0 +1,182 @@
+"""save_state: choose the folder, gather the state, write it atomically, rotate old checkpoints."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from accel._version import __version__
+from accel.checkpointing.compat import fp8_setup
+from accel.checkpointing.hooks import files_saved_by_hooks
+from accel.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
+from accel.checkpointing.naming import next_number, numbered_name, to_rotate_out
+from accel.checkpointing.across_processes import agree, on_main
+from accel.checkpointing.project import check_folder
+from accel.checkpointing.serialization import save_tensors, save_torch
+from accel.checkpointing.sharded import fsdp_record, saves_shards, shard_files, write_shards
+from accel.checkpointing.training_state import Snapshot, collect
+from accel.checkpointing.writer import (
+    move_into_place,
+    open_work_folder,
+    publish_folder,
+    remove_folder,
+    write_file,
+)
+from accel.checkpointing.safetensors_io import require_safetensors_writer
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+
+def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> Path:
+    """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it.
+
+    With several processes, every process must call it: all take part in gathering the state,
+    the main process alone writes, and every process returns its folder (or raises its error).
+    """
+    require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
+    snapshot = collect(accelerator)
+    if saves_shards(accelerator):
+        target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
+    else:
+        target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
+    accelerator.save_iteration = iteration + 1
+    return target
+
+
+def _publish(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot) -> tuple[Path, int]:
+    """Choose the folder, write the snapshot there atomically and rotate old checkpoints (main process)."""
+    target, iteration, automatic = _target(accelerator, output_dir)
+    _refuse_foreign_folder(target)
+    limit = accelerator.project_configuration.total_limit
+    if automatic:
+        _rotate(target.parent, limit)  # what a save killed before its rotation left behind
+    publish_folder(target, lambda folder: _write(folder, snapshot, accelerator, iteration))
+    if automatic:
+        _rotate(target.parent, limit, keep=target)
+    return target, iteration
+
+
+def _publish_sharded(
+    accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot
+) -> tuple[Path, int]:
+    """As `_publish`, with every process writing its shards into the main process's hidden work
+    folder before the main process adds the rest and renames it: a process that fails or dies
+    midway leaves only that hidden folder (removed here, or by the next save once it is dead)."""
+    target, iteration, automatic, temp = on_main(accelerator, lambda: _open(accelerator, output_dir), "save_state")
+    try:
+        agree(accelerator, lambda: write_shards(accelerator, temp), "save_state")
+        on_main(accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic), "save_state")
+    except BaseException:
+        if accelerator.is_main_process:
+            shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return target, iteration
+
+
+def _finish(
+    accelerator: Accelerator, snapshot: Snapshot, iteration: int, temp: Path, target: Path, automatic: bool
+) -> None:
+    """Add the other files and the manifest to the work folder `temp`, rename it to `target` and
+    rotate old automatic checkpoints (main process)."""
+    _write(temp, snapshot, accelerator, iteration)
+    move_into_place(temp, target)
+    if automatic:
+        _rotate(target.parent, accelerator.project_configuration.total_limit, keep=target)
+
+
+def _open(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool, Path]:
+    """(folder, iteration, whether automatic, the hidden work folder created beside it) (main process)."""
+    target, iteration, automatic = _target(accelerator, output_dir)
+    _refuse_foreign_folder(target)
+    if automatic:
+        _rotate(target.parent, accelerator.project_configuration.total_limit)
+    return target, iteration, automatic, open_work_folder(target)
+
+
+def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:
+    """(folder, iteration, whether it is an automatic checkpoint)."""
+    if output_dir is not None:
+        return check_folder("save_state(output_dir)", output_dir), accelerator.save_iteration, False
+    config = accelerator.project_configuration
+    if config.checkpoints_dir is None or not config.automatic_checkpoint_naming:
+        reason = "no project_dir" if config.checkpoints_dir is None else "automatic_checkpoint_naming=False"
+        raise ValueError(
+            f"save_state() got no output_dir, and the Accelerator has {reason}, so there is nowhere to save. "
+            "Pass a folder, save_state('path/to/checkpoint'), or create the Accelerator with "
+            "project_dir='path/to/project' to write project_dir/checkpoints/checkpoint_<n> automatically."
+        )
+    number = next_number(config.checkpoints_dir, accelerator.save_iteration)
+    return config.checkpoints_dir / numbered_name(number), number, True
+
+
+def _refuse_foreign_folder(target: Path) -> None:
+    """Refuse a target that is a file, or a folder holding files other than an accel checkpoint."""
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(
+            f"save_state(output_dir={str(target)!r}): that path is a file, not a folder. Choose another path."
+        )
+    if not target.is_dir() or not any(target.iterdir()) or _is_checkpoint(target):
+        return
+    names = sorted(entry.name for entry in target.iterdir())
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise FileExistsError(
+        f"save_state(output_dir={str(target)!r}): that folder exists and is not an accel checkpoint (it holds "
+        f"{shown}). save_state replaces only checkpoints, and will not mix its files with others or delete "
+        "them. Choose a new folder, or empty this one."
+    )
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    try:
+        return json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration: int) -> None:
+    """Write every file into `folder`, the manifest (with sizes and checksums) last.
+
+    Save pre-hooks run first; the weights of the models they saved themselves are not written.
+    """
+    by_hooks = files_saved_by_hooks(accelerator, snapshot.tensors, folder)
+    tensor_files = [name for name in snapshot.tensors if name not in by_hooks]
+    for name in tensor_files:
+        save_tensors(snapshot.tensors[name], folder / name)
+    for name, value in snapshot.objects.items():
+        save_torch(value, folder / name)
+    written = [*tensor_files, *snapshot.objects, *shard_files(folder)]
+    manifest = Manifest(
+        accel_version=__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        iteration=iteration,
+        precision=accelerator.precision.name,
+        fp8=fp8_setup(accelerator),
+        num_processes=accelerator.num_processes,
+        gradient_accumulation=snapshot.gradient_accumulation,
+        contents=snapshot.contents,
+        dataloaders=snapshot.dataloaders,
+        files={name: describe_file(folder / name) for name in written},
+        fsdp=fsdp_record(accelerator),
+    )
+    text = manifest.to_json().encode("utf-8")
+    write_file(folder / MANIFEST_NAME, lambda file: file.write(text))
+
+
+def _rotate(folder: Path, total_limit: int | None, keep: Path | None = None) -> None:
+    """Delete the oldest automatic checkpoints in `folder` beyond `total_limit`, never the newest."""
+    for old in to_rotate_out(folder, total_limit, keep):
+        try:
+            remove_folder(old)
+        except OSError as exc:
+            warnings.warn(
+                f"save_state: could not delete the old checkpoint {str(old)!r} to keep total_limit={total_limit} "
+                f"({exc.strerror or exc}); it is left in place.",
+                UserWarning,
+                stacklevel=3,
+            )

@@ -1,0 +1,126 @@
+"""Checkpoints of an FSDP run: the models and optimizers as every process's shards, or gathered.
+
+With the plugin's state_dict_type='SHARDED_STATE_DICT' (the default), every process writes its
+own shards of every prepared model and optimizer with torch.distributed.checkpoint into the
+checkpoint's `shards/` subfolder (one DCP checkpoint: `model.<name>`, `optimizer.<...>`,
+`model_1.<name>`, ...); nothing is gathered. With 'FULL_STATE_DICT' the main process gathers
+them into the usual `model.safetensors` and `optimizer.pt`. Either way the optimizer state is
+keyed by parameter name (torch's distributed state-dict form), so it loads onto any number of
+processes, sharded or not, and the manifest's `fsdp` field says so.
+
+This file saves; sharded_load.py loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+from accel.checkpointing import layout
+from accel.checkpointing.manifest import Manifest
+from accel.fsdp.checkpoint import quiet_single_process
+
+if TYPE_CHECKING:
+    from accel.accelerator.accelerator import Accelerator
+
+_GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)
+"""FULL_STATE_DICT: the whole state on the main process's CPU (the others get an empty dict)."""
+
+
+def fsdp_record(accelerator: Accelerator) -> dict[str, Any] | None:
+    """The manifest's `fsdp` field: the plugin's settings that shape the checkpoint; None without FSDP."""
+    plugin = accelerator.fsdp_plugin
+    if plugin is None:
+        return None
+    return {
+        "state_dict_type": plugin.state_dict_type,
+        "fsdp_version": plugin.fsdp_version,
+        "reshard_after_forward": plugin.reshard_after_forward,
+        "cpu_offload": bool(plugin.cpu_offload),
+    }
+
+
+def saves_shards(accelerator: Accelerator) -> bool:
+    """True when save_state writes each process's shards (FSDP with SHARDED_STATE_DICT)."""
+    return accelerator.fsdp_plugin is not None and accelerator.fsdp_plugin.sharded_state_dict
+
+
+def is_sharded_checkpoint(manifest: Manifest) -> bool:
+    """True for a checkpoint whose models and optimizers are in `shards/`."""
+    return manifest.fsdp is not None and manifest.fsdp["state_dict_type"] == "SHARDED_STATE_DICT"
+
+
+def refuse_inside_window(accelerator: Accelerator) -> None:
+    """Under FSDP the gradients of a window are unsharded partial sums that no process holds whole:
+    refuse to save them rather than write a checkpoint that cannot continue the window exactly."""
+    state = accelerator.gradient_state
+    if accelerator.fsdp_plugin is not None and state.step != 0:
+        raise ValueError(
+            f"save_state with fsdp_plugin was called inside a gradient accumulation window (micro-batch "
+            f"{state.step} of {state.num_steps}), where FSDP's accumulated gradients are not sharded yet and cannot "
+            "be saved. Call save_state after the optimizer step of a window, when accelerator.sync_gradients is True."
+        )
+
+
+def _target(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+    return accelerator.unwrap_model(model, keep_torch_compile=False)
+
+
+def owner(accelerator: Accelerator, index: int) -> nn.Module:
+    """The (unwrapped) prepared model holding every parameter of prepared optimizer `index`."""
+    raw = accelerator._optimizers[index].optimizer
+    wanted = {id(p) for group in raw.param_groups for p in group["params"]}
+    for model in accelerator._models:
+        target = _target(accelerator, model)
+        if wanted <= {id(p) for p in target.parameters()}:
+            return target
+    raise ValueError(
+        f"save_state/load_state with fsdp_plugin: optimizer {index} updates parameters that no single prepared model "
+        "holds, and under FSDP an optimizer's state is stored by the names of its model's parameters. Prepare the "
+        "model it trains (give each model its own optimizer)."
+    )
+
+
+def optimizer_state(accelerator: Accelerator, index: int) -> dict[str, Any]:
+    """Optimizer `index`'s state for optimizer.pt: keyed by parameter name and gathered on the main
+    process under FSDP (every process must call it), its own state_dict() otherwise."""
+    wrapped = accelerator._optimizers[index]
+    if accelerator.fsdp_plugin is None:
+        return wrapped.state_dict()
+    return by_name_state(owner(accelerator, index), wrapped.optimizer, _GATHERED)
+
+
+def by_name_state(model: nn.Module, optimizer: torch.optim.Optimizer, options: StateDictOptions | None = None) -> Any:
+    """torch's state dict of `optimizer` keyed by `model`'s parameter names, without its side effect:
+    torch steps an optimizer that has no state yet (lr 0, zero gradients) to lay the state out, which
+    would make a resumed AdamW count one step more. That state is dropped again, and saved as none."""
+    was_empty = not optimizer.state
+    state = get_optimizer_state_dict(model, optimizer, options=options)
+    if was_empty:
+        optimizer.state.clear()
+        state = {**state, "state": {}}
+    return state
+
+
+def write_shards(accelerator: Accelerator, folder: Path) -> None:
+    """Every process writes its shards of every prepared model and optimizer into `folder/shards`."""
+    state: dict[str, Any] = {
+        layout.model_key(i): get_model_state_dict(_target(accelerator, m)) for i, m in enumerate(accelerator._models)
+    }
+    for index, wrapped in enumerate(accelerator._optimizers):
+        state[layout.optimizer_key(index)] = by_name_state(owner(accelerator, index), wrapped.optimizer)
+    writer = dcp.FileSystemWriter(folder / layout.SHARDS_DIR)
+    with quiet_single_process():
+        dcp.save(state, storage_writer=writer, no_dist=not dist.is_initialized())
+
+
+def shard_files(folder: Path) -> list[str]:
+    """The manifest names (`shards/<file>`) of the files in `folder/shards`, if any."""
+    shards = folder / layout.SHARDS_DIR
+    return sorted(f"{layout.SHARDS_DIR}/{p.name}" for p in shards.iterdir()) if shards.is_dir() else []

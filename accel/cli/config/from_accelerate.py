@@ -1,0 +1,162 @@
+"""Read a Hugging Face Accelerate config.yaml: keep what accel understands, name the rest once.
+
+Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
+(backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
+the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSDP` becomes
+`use_fsdp: true` with its fsdp_config (accelerate_fsdp.py); `MULTI_GPU` or `FSDP` on a machine
+where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
+CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
+otherwise named in one warning, so that nothing is ignored without a word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from accel.cli import capabilities
+from accel.cli.config.from_accelerate_fsdp import translate_fsdp
+from accel.cli.errors import CliError, warn
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.settings import (
+    DYNAMO_BACKEND,
+    DYNAMO_SECTION,
+    DYNAMO_SETTINGS_BY_KEY,
+    FP8_SECTION,
+    FP8_SETTINGS_BY_KEY,
+    FSDP_SECTION,
+    TOP_LEVEL_SETTINGS,
+    USE_FSDP,
+)
+
+_MARKERS = frozenset({"distributed_type", "compute_environment", "main_training_function", "downcast_bf16"})
+"""Top-level keys only Accelerate writes."""
+_UPPER_CASE_BACKENDS = frozenset({"TE", "MSAMP", "AO"})
+
+_INERT: dict[str, tuple[Any, ...]] = {
+    "compute_environment": ("LOCAL_MACHINE",),
+    "debug": (False,),
+    "downcast_bf16": ("no", False),
+    "enable_cpu_affinity": (False,),
+    "main_training_function": ("main",),
+    "rdzv_backend": ("static",),
+    "same_network": (True,),
+    "tpu_use_cluster": (False,),
+    "tpu_use_sudo": (False,),
+    "use_mps_device": (False,),
+    "dynamo_backend": ("NO", "no"),
+    "dynamo_use_regional_compilation": (False,),
+    "interval": (1,),
+    "override_linear_precision": ([False, False, False],),
+}
+"""Accelerate keys that change nothing at these values, so dropping them needs no warning."""
+
+_DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {
+    "NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}, "FSDP": {USE_FSDP.name: True},
+}
+"""distributed_type values accel runs, and the settings each implies (over the file's own, as in Accelerate)."""
+
+_ACCEL_KEYS = frozenset(s.yaml_key for s in TOP_LEVEL_SETTINGS) | {FP8_SECTION, DYNAMO_SECTION}
+
+
+def looks_like_accelerate(data: Mapping[Any, Any]) -> bool:
+    """Whether `data` was written by Accelerate (its own top-level keys, or its FP8 spellings)."""
+    if _MARKERS & set(data):
+        return True
+    recipe = data.get(FP8_SECTION)
+    if not isinstance(recipe, dict):
+        return False
+    return recipe.get("backend") in _UPPER_CASE_BACKENDS or bool(set(FP8RecipeKwargs.aliases) & set(recipe))
+
+
+def translate(
+    data: Mapping[Any, Any], path: Path, command: str, gpus: Callable[[], int] | None = None
+) -> dict[str, Any]:
+    """accel's mapping for Accelerate's `data`; warns once naming every key it drops that would matter.
+
+    `gpus` (how many GPUs torch sees; default capabilities.gpu_count) is called only for MULTI_GPU.
+    """
+    result: dict[str, Any] = {}
+    dropped: list[str] = []
+    implied: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == FSDP_SECTION:
+            continue  # translate_fsdp reads it
+        if key in _ACCEL_KEYS:
+            result[key] = value
+        elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
+            implied = _DISTRIBUTED_TYPES[str(value).upper()]
+            _check_gpus_for(str(value).upper(), data, path, gpus)
+        elif not _is_inert(key, value):
+            dropped.append(_describe(str(key), value))
+    result.update(implied)
+    if isinstance(result.get(FP8_SECTION), dict):
+        result[FP8_SECTION] = _translate_recipe(result[FP8_SECTION], dropped)
+    _translate_dynamo(data, result, dropped)
+    fsdp, fsdp_note = translate_fsdp(data, result.get(USE_FSDP.name) is True, dropped, path)
+    if fsdp:
+        result[FSDP_SECTION] = fsdp
+    if fsdp_note:
+        warn(command, f"{path}: {fsdp_note}")
+    if dropped:
+        warn(command, f"{path} is an Accelerate config; ignoring what has no meaning in accel: {', '.join(dropped)}")
+    return result
+
+
+def _check_gpus_for(
+    distributed_type: str, data: Mapping[Any, Any], path: Path, gpus: Callable[[], int] | None
+) -> None:
+    """Refuse MULTI_GPU or FSDP (without use_cpu: true) where there is no GPU, rather than start CPU processes."""
+    if distributed_type not in ("MULTI_GPU", "FSDP") or data.get("use_cpu") is True:
+        return
+    if (gpus or capabilities.gpu_count)() > 0:
+        return
+    raise CliError(
+        f"{path}: distributed_type: {distributed_type}, but torch sees no GPU on this machine, so the processes would "
+        "train on the CPU. To train on the CPU say so: set "
+        + ("`use_cpu: true`" if distributed_type == "FSDP" else "`distributed_type: MULTI_CPU` (or `use_cpu: true`)")
+        + "; otherwise run where a GPU is visible (check CUDA_VISIBLE_DEVICES and `accel env`)"
+    )
+
+
+def _translate_recipe(recipe: Mapping[Any, Any], dropped: list[str]) -> dict[str, Any]:
+    """Keep the recipe keys accel knows (in either spelling); record the Accelerate-only ones in `dropped`."""
+    known = set(FP8_SETTINGS_BY_KEY) | set(FP8RecipeKwargs.aliases)
+    kept: dict[str, Any] = {}
+    for key, value in recipe.items():
+        if key in known:
+            kept[key] = value
+        elif not _is_inert(key, value):
+            dropped.append(_describe(f"{FP8_SECTION}.{key}", value))
+    return kept
+
+
+def _translate_dynamo(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str]) -> None:
+    """Keep dynamo_config's keys accel knows; the older top-level dynamo_backend moves into it (as Accelerate)."""
+    section = data.get(DYNAMO_SECTION)
+    kept: dict[str, Any] = {}
+    for key, value in (section.items() if isinstance(section, dict) else ()):
+        if key in DYNAMO_SETTINGS_BY_KEY:
+            kept[key] = value
+        elif not _is_inert(key, value):
+            dropped.append(_describe(f"{DYNAMO_SECTION}.{key}", value))
+    legacy = data.get(DYNAMO_BACKEND.name)
+    if legacy is not None and not _is_inert(DYNAMO_BACKEND.name, legacy):
+        dropped.remove(_describe(DYNAMO_BACKEND.name, legacy))
+        kept.setdefault(DYNAMO_BACKEND.name, legacy)
+    if kept:
+        result[DYNAMO_SECTION] = kept
+    elif DYNAMO_SECTION in result:
+        result[DYNAMO_SECTION] = None
+
+
+def _is_inert(key: object, value: Any) -> bool:
+    """True for a key at a value that changes nothing (an empty section, or a known do-nothing value)."""
+    if value is None or value == [] or value == {}:
+        return True
+    return isinstance(key, str) and value in _INERT.get(key, ())
+
+
+def _describe(key: str, value: Any) -> str:
+    return f"{key}={value}" if isinstance(value, (str, int, float, bool)) else key

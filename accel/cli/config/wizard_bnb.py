@@ -1,0 +1,74 @@
+"""The wizard's bitsandbytes question: quantize the Linear weights or not, in which mode, and how.
+
+Only modes that run on the training device can be chosen: each is tried there (a real forward and
+backward through accel.quantization.capability), and one that cannot run is shown with the reason.
+Not asked with fp8 (both replace the Linear layers) or FSDP (quantized layers are not sharded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accel.cli.config.prompts import Option, ask_select, ask_text, short_reason
+from accel.kwargs_handlers.bitsandbytes import INT8_MODES
+from accel.settings import BNB_SETTINGS_BY_KEY, MIXED_PRECISION, RECIPE_PRECISION, USE_FSDP
+
+Answers = dict[str, Any]
+
+MODE, DTYPE, IGNORE = (BNB_SETTINGS_BY_KEY[key] for key in ("mode", "dtype", "ignore_modules"))
+_NO = "no"
+_DEFAULT_DTYPE = "default"
+INT8_DTYPE_REASON = "the int8 modes compute in float16 only (LLM.int8())"
+
+
+def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[str, Any]) -> Answers:
+    """The bnb_config answers ({} for no quantization), given the precision and FSDP answers so far."""
+    if answers.get(USE_FSDP.name):
+        print("  bitsandbytes quantization: not asked, FSDP does not shard quantized layers")
+        return {}
+    if answers.get(MIXED_PRECISION.name) == RECIPE_PRECISION:
+        print("  bitsandbytes quantization: not asked, fp8 replaces the same Linear layers")
+        return {}
+    mode = ask_select(
+        "Quantize the Linear weights with bitsandbytes (stored in 4 or 8 bits; QLoRA)?",
+        [Option(_NO, f"{_NO:<14} keep them as they are"), *_mode_options(device)],
+        current.get(MODE.name, MODE.default) if _configured(current) else _NO,
+    )
+    if mode == _NO:
+        return {}
+    result: Answers = {MODE.name: mode}
+    dtype = _ask_dtype(mode, current)
+    if dtype is not None:
+        result[DTYPE.name] = dtype
+    ignored = ask_text(IGNORE, "Modules to keep unquantized (fnmatch patterns such as lm_head, comma-separated; "
+                       "empty for none)?", current.get(IGNORE.name, ()))
+    if ignored:
+        result[IGNORE.name] = ignored
+    return result
+
+
+def _configured(current: Mapping[str, Any]) -> bool:
+    return any(setting.name in current for setting in BNB_SETTINGS_BY_KEY.values())
+
+
+def _mode_options(device: Any) -> list[Option]:
+    """Every mode, with what it stores, and why it cannot run on `device` where it cannot."""
+    from accel.quantization.capability import supported_modes
+    from accel.quantization.modes import MODES
+
+    return [
+        Option(mode, f"{mode:<14} {MODES[mode].describe()}", short_reason(reason))
+        for mode, reason in supported_modes(device).items()
+    ]
+
+
+def _ask_dtype(mode: str, current: Mapping[str, Any]) -> str | None:
+    """The compute dtype (None: the precision's, or float16 for int8); the int8 modes offer float16 only."""
+    int8 = mode in INT8_MODES
+    options = [Option(_DEFAULT_DTYPE, "default: float16" if int8 else "default: the precision's compute dtype")]
+    for name in DTYPE.kind.choices:
+        options.append(Option(name, name, INT8_DTYPE_REASON if int8 and name != "float16" else None))
+    previous = current.get(DTYPE.name) or _DEFAULT_DTYPE
+    answer = ask_select("Which dtype should the quantized layers compute in?", options, previous)
+    return None if answer == _DEFAULT_DTYPE else answer

@@ -1,0 +1,115 @@
+"""The FP8 recipe questions of `accel config`: only values the chosen backend runs on this machine.
+
+Each value is tried before it is offered: the FP8 backend is built with the answers so far plus
+that value, through the backend's own construction-time checks (capabilities.recipe_problem),
+as the Accelerator of a launched script would build it. A menu shows a refused value with the
+reason and does not let it be chosen; a typed value it refuses is asked again; a field the
+backend does not honour at all is not asked, keeps its default, and is named once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accel.backends.names import CANONICAL_PRECISIONS
+from accel.cli import capabilities
+from accel.cli.help_text import describe
+from accel.cli.config.prompts import Option, ask_select, ask_setting, ask_yes_no
+from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.settings import (
+    FP8_SETTINGS,
+    FP8_SETTINGS_BY_KEY,
+    BoolKind,
+    IntKind,
+    PatternsKind,
+    Setting,
+)
+
+Answers = dict[str, Any]
+
+FIRST = ("scaling", "base_precision")
+"""Recipe fields asked first: they decide which values the others may take."""
+BACKEND = FP8_SETTINGS_BY_KEY["backend"]
+SLOW_MARK = " [slow on this CPU]"
+
+
+def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
+    """The backend (those that cannot run on `device` shown with why), then, if the user wants to
+    change them, the recipe fields that backend honours, each offering only what it runs."""
+    options = [Option(name, name, reason) for name, reason in capabilities.fp8_backend_status(device).items()]
+    backend = ask_select("Which FP8 backend?", options, current.get(BACKEND.name, BACKEND.default))
+    answers: Answers = {BACKEND.name: backend}
+    fields = recipe_fields()
+    usable = [s for s in fields if honoured(s, answers, device)]
+    print(f"FP8 recipe defaults ({backend} backend): "
+          + ", ".join(f"{s.yaml_key} {s.format(s.default) or '-'}" for s in usable))
+    unused = [s.yaml_key for s in fields if s not in usable]
+    if unused:
+        print(f"  not used by the {backend!r} backend, left at their defaults: {', '.join(unused)}")
+    if ask_yes_no("Change any of them?", any(s.name in current for s in usable)):
+        for setting in usable:
+            _ask_field(setting, answers, current, device)
+    _say_if_slow(answers, device)
+    return answers
+
+
+def recipe_fields() -> list[Setting]:
+    """The recipe settings other than the backend, in the order the wizard asks them."""
+    first = [FP8_SETTINGS_BY_KEY[key] for key in FIRST]
+    return first + [s for s in FP8_SETTINGS if s is not BACKEND and s not in first]
+
+
+def _ask_field(setting: Setting, answers: Answers, current: Mapping[str, Any], device: Any) -> None:
+    """Ask one field (unless earlier answers left the backend nothing to choose); store it if not the default."""
+    if not honoured(setting, answers, device):
+        print(f"  {setting.yaml_key}: kept at {setting.format(setting.default) or '-'} (not used with these answers)")
+        return
+    slow = setting.yaml_key == "base_precision"
+    value = ask_setting(
+        setting, f"{setting.yaml_key}: {describe(setting)}", current.get(setting.name, setting.default),
+        problem=lambda v: problem({**answers, setting.name: v}, device),
+        mark=(lambda v: SLOW_MARK if _slow(v, device) else "") if slow else None,
+    )
+    if value != setting.default:
+        answers[setting.name] = value
+
+
+def honoured(setting: Setting, answers: Mapping[str, Any], device: Any) -> bool:
+    """Whether the backend runs some value of `setting` other than its default, given `answers`."""
+    return any(problem({**answers, setting.name: value}, device) is None for value in _other_values(setting))
+
+
+def _other_values(setting: Setting) -> list[Any]:
+    """Values of `setting` other than its default, enough to learn whether a backend honours it."""
+    kind, default = setting.kind, setting.default
+    if isinstance(kind, BoolKind):
+        return [not default]
+    if isinstance(kind, IntKind):
+        return [default + 1]
+    if isinstance(kind, PatternsKind):
+        return [("*",)]
+    return [choice for choice in kind.choices if choice != default]
+
+
+def problem(answers: Mapping[str, Any], device: Any) -> str | None:
+    """Why the recipe `answers` (setting name -> value) cannot run on `device`, or None."""
+    fields = {s.yaml_key: answers[s.name] for s in FP8_SETTINGS if s.name in answers}
+    try:
+        recipe = FP8RecipeKwargs(**fields)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return capabilities.recipe_problem(recipe, device)
+
+
+def _slow(precision: str, device: Any) -> bool:
+    return precision in CANONICAL_PRECISIONS and capabilities.speed_note(precision, device) is not None
+
+
+def _say_if_slow(answers: Mapping[str, Any], device: Any) -> None:
+    """Say once, after the recipe, when its base precision is slow here (the menu marked it)."""
+    setting = FP8_SETTINGS_BY_KEY["base_precision"]
+    base = answers.get(setting.name, setting.default)
+    note = capabilities.speed_note(base, device) if base in CANONICAL_PRECISIONS else None
+    if note:
+        print(f"  note: base_precision {base} will be slow: {note}.")

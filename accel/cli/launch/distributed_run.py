@@ -1,0 +1,161 @@
+"""`python -m accel.cli.launch.distributed_run <torchrun arguments> -- script|module TARGET [args]`: torchrun, made strict.
+
+torch.distributed.run answers a failing worker with its own traceback and exit status 1, waits
+forever for a worker that outlives the others, and parses the script's arguments with its own
+parser (a script's `--start` is refused as an abbreviation of torchrun's `--start-method`). This
+wrapper runs the same launcher (same arguments, same rendezvous), but:
+
+* the script's arguments never reach torchrun's parser: `accel launch` puts them after `--`;
+* each worker is `python -m accel.cli.launch.worker ...`, which dies with this wrapper and prints a
+  traceback only for the first failure (see worker.py);
+* once a worker has exited, the others get rank_exit_grace seconds (rank_grace.py);
+* a failure is reported in one line naming the rank, with that worker's exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
+from accel.cli.launch.children import SEPARATOR, exit_status, failure_line
+from accel.cli.launch.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
+from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
+from accel.settings import RANK_EXIT_GRACE
+
+UNCAUGHT_EXCEPTION_STATUS = 1
+"""Python's exit status when the script ends with an uncaught exception."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run torch.distributed.run with `argv`; the first failing worker's exit status, else 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if SEPARATOR not in argv or len(argv) < argv.index(SEPARATOR) + 3:
+        print(f"usage: python -m accel.cli.launch.distributed_run <torchrun arguments> {SEPARATOR} script|module TARGET "
+              "[args]  (accel launch runs this)", file=sys.stderr)
+        return 2
+    split = argv.index(SEPARATOR)
+    worker = argv[split + 1:]
+    label = worker[1] if worker[0] == "module" else Path(worker[1]).name
+    try:
+        grace = RANK_EXIT_GRACE.from_env() or DEFAULT_GRACE_S
+    except ValueError as error:  # the user's own variable (a flag or the config file was checked before)
+        print(f"accel launch: {error}", file=sys.stderr)
+        return 2
+    failures = Path(tempfile.mkdtemp(prefix="accel-launch-"))
+    os.environ.update({FAILURES_VARIABLE: str(failures), AGENT_PID_VARIABLE: str(os.getpid())})
+    try:
+        return _run(argv[:split], worker, label, grace, failures)
+    finally:
+        shutil.rmtree(failures, ignore_errors=True)
+
+
+def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, failures: Path) -> int:
+    """torchrun's launcher with `worker` as each process's arguments; failures in one line."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # The agent logs each failure and each stop at WARNING or ERROR level; the line printed below replaces that.
+    for name in ("torch.distributed.elastic.multiprocessing.api", "torch.distributed.elastic.agent.server.api"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    args = parse_args([*torchrun_args, "--module", "accel.cli.launch.worker"])
+    args.training_script_args = worker
+    seen: dict[str, Any] = {}
+    try:
+        try:
+            with rank_exit_grace(grace) as seen:
+                run(args)
+        finally:
+            for line in repeat_lines(failures):
+                print(line, file=sys.stderr, flush=True)
+    except ChildFailedError as error:
+        first, running = first_record(failures), seen.get("running", [])
+        rank, status = _first_failure(error, first, running)
+        for line in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
+            if line:
+                print(line, file=sys.stderr, flush=True)
+        print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
+        return exit_status(status)
+    except RanksDidNotFinish as error:
+        print(_did_not_finish(error, label, _world_size(args)), file=sys.stderr, flush=True)
+        return 1
+    except SignalException as error:
+        print(f"accel launch: stopped by {error.sigval.name}; the workers were stopped", file=sys.stderr, flush=True)
+        return exit_status(-int(error.sigval))
+    except Exception as error:  # the launcher itself failed (rendezvous, port in use): one line, not its traceback
+        print(f"accel launch: {_start_failure(error, args, label)}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _first_failure(error: Any, record: dict[str, Any], stopped: Sequence[int]) -> tuple[int, int]:
+    """(rank, exit code) of the failure to report: a worker killed by a signal nobody in the job sent
+    (`stopped`: the ranks the launcher stopped) unless another raised an error of its own; else the
+    worker of `record` (first_failure.first_record: the failure that caused the others); else
+    torchrun's first failure.
+
+    A worker killed from outside (the out-of-memory killer) prints nothing, and the others fail only
+    because it left them: their tracebacks are not the cause. The first worker to raise may still be
+    tearing down when a later one's exit makes torchrun stop it; it was on its way to Python's status
+    for an uncaught exception, 1, which is reported then.
+    """
+    found = getattr(error, "failures", {})
+    killed = sorted(rank for rank, failure in found.items() if failure.exitcode < 0 and rank not in stopped)
+    claimed = record.get("rank")
+    if killed and (claimed not in found or record.get("lost_peer")):
+        return killed[0], found[killed[0]].exitcode
+    if claimed in found:
+        return claimed, found[claimed].exitcode if found[claimed].exitcode >= 0 else UNCAUGHT_EXCEPTION_STATUS
+    rank, failure = error.get_first_failure()
+    return rank, failure.exitcode
+
+
+def _did_not_finish(error: RanksDidNotFinish, label: str, world: str) -> str:
+    """One line naming the ranks that were stopped and the ones that had exited."""
+    stuck = ", ".join(str(rank) for rank in error.stuck)
+    exited = ", ".join(f"rank {rank} (status {code})" for rank, code in sorted(error.exited.items()))
+    plural = "s" if len(error.stuck) > 1 else ""
+    return (
+        f"accel launch: {label}: rank{plural} {stuck} of {world} did not finish within {error.grace:g} s after "
+        f"{exited} exited, so accel stopped {'them' if plural else 'it'}. A process that outlives the others "
+        "usually waits for something they never do (a collective that only some processes call) or hangs on its "
+        "own; --rank_exit_grace SECONDS sets the wait."
+    )
+
+
+def _start_failure(error: Exception, args: object, label: str) -> str:
+    """One line saying why torchrun could not start the workers, naming the flag to change."""
+    text = str(error)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        port = getattr(args, "master_port", "?")
+        return (
+            f"port {port} is already in use on this machine: pass another --main_process_port "
+            "(or leave it out on one machine, and accel picks a free one)"
+        )
+    if "timed out" in text.lower():
+        address = f"{getattr(args, 'master_addr', '?')}:{getattr(args, 'master_port', '?')}"
+        return (
+            f"could not reach machine 0 at {address} in time: check --main_process_ip and --main_process_port, "
+            "that machine 0 has started, and that no firewall blocks the port"
+        )
+    reason = text.strip().splitlines()[0] if text.strip() else ""
+    return f"torch.distributed.run could not start {label}: {type(error).__name__}: {reason}"
+
+
+def _world_size(args: object) -> str:
+    """nnodes x nproc_per_node as text; torchrun keeps nnodes as '2' or as a range such as '1:1'."""
+    try:
+        nodes = str(getattr(args, "nnodes")).split(":")[-1]
+        return str(int(nodes) * int(getattr(args, "nproc_per_node")))
+    except (TypeError, ValueError):
+        return "?"
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""PreparedDataLoader: batches on the right device, the end of an epoch made visible, a position
+that a checkpoint can save and resume from, with several processes this process's part of the
+data (see sharding.py and iterable_sharding.py), and the options of a DataLoaderConfiguration
+(see data_config.py).
+
+It is a `torch.utils.data.DataLoader` (a subclass, as Accelerate's DataLoaderShard) that wraps the
+loader it iterates: `dataset`, `batch_size`, `sampler`, `batch_sampler`, `num_workers`,
+`collate_fn`, `drop_last`, ... are read from that loader (this process's rebuilt one), and
+DataLoader.__init__ never runs on it, so DataLoader's guard against setting those after init does
+not apply (set them on `prepared.loader` if you must).
+
+Epochs: the prepared loader numbers its epochs 0, 1, 2, ... as they start. `set_epoch(e)` (Accelerate's
+DataLoaderShard.set_epoch) makes the next epoch to start number e, and the numbering goes on from
+there. The number decides the order of the seedable sampler, is passed to the `set_epoch` of the
+user's dataset, sampler and batch sampler as each epoch starts, and to a DistributedSampler the
+script made. Checkpoints save the running epoch's number (between epochs: the next one's), so a
+resumed run goes on with the same numbering; a script that calls `set_epoch(e)` after `load_state`
+with the saved epoch's number keeps the loaded position, with another number it starts epoch e from
+its start (with a warning naming both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any, Self
+
+import torch
+from torch.utils.data import DataLoader
+
+from accel._tree import map_tensors
+from accel.data.configuration import DataLoaderConfiguration
+from accel.data.loader_options import check_dataloader_config, seed_loader
+from accel.data.position import (
+    apply_rng,
+    capture_rng,
+    check_position,
+    generators,
+    length,
+)
+from accel.training.gradient_state import GradientState
+from accel.data.iterable_sharding import IterableSharding, TaggedBatch
+from accel.distributed.operations import Keep
+from accel.data.sharding import shard_loader
+from accel.data.skipping import SkippedEpochStart, skipping_loader
+from accel.distributed.process_state import ProcessState
+
+_END = object()
+"""Returned by next() on an exhausted iterator."""
+
+
+class _Epoch:
+    """One running pass over the loader: its number, how many batches it has yielded, and the RNG
+    states from just before it started (which, replayed, give the same shuffling)."""
+
+    __slots__ = ("batches", "index", "rng")
+
+    def __init__(self, index: int, rng: dict[str, Any]) -> None:
+        self.index = index
+        self.batches = 0
+        self.rng = rng
+
+
+class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
+    """Iterates the user's DataLoader, moving each batch to the device.
+
+    It looks one batch ahead so that the last batch of an epoch is known while it is being
+    used: gradient accumulation then syncs on it instead of carrying a partial window into
+    the next epoch.
+
+    `state_dict()` records the position in the running epoch; after `load_state_dict()`, the
+    next iteration continues that epoch at the next batch, in the same order (see
+    docs/checkpoints.md).
+
+    With several processes (`state`), `loader` is rebuilt so that each process iterates its own
+    part of every epoch; `self.loader` is that rebuilt loader and `len()` counts this process's
+    batches. `config` (None: the defaults) chooses how the batches are split, whether shuffling
+    is seeded per epoch, and whether batches move to the device with `non_blocking`.
+
+    `skip_first_batches(n)` gives a view of this loader whose next epoch starts at batch n of
+    that epoch (see skipping.py and docs/checkpoints.md).
+
+    `set_epoch(e)`, `end_of_dataloader`, `remainder`, `total_batch_size`, `total_dataset_length`:
+    Accelerate's DataLoaderShard attributes (module docstring).
+    """
+
+    _is_accelerate_prepared = True
+    """What libraries check to avoid preparing a loader twice (Accelerate sets it on what it prepares)."""
+
+    def __new__(cls, loader: Any = None, *args: Any, **kwargs: Any) -> Self:
+        """A loader prepared already is given back as it is (never wrapped twice)."""
+        if isinstance(loader, PreparedDataLoader):
+            return loader
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        loader: DataLoader[Any],
+        device: torch.device,
+        gradients: GradientState,
+        place: bool,
+        state: ProcessState | None = None,
+        *,
+        config: DataLoaderConfiguration | None = None,
+    ):
+        if loader is self:  # prepared already (see __new__)
+            return
+        config = DataLoaderConfiguration() if config is None else config
+        check_dataloader_config(config)
+        state = state or ProcessState(device=device)
+        seeded, self._seeded = seed_loader(loader, config)
+        self.loader, self._sharding = shard_loader(seeded, state, config)
+        self.config = config
+        self.ending = False
+        """True while the epoch's last batch is in use (gather_for_metrics then drops padding)."""
+        self.remainder = -1
+        """Real samples in the epoch's last global batch (Accelerate's meaning, see GradientState.remainder)."""
+        self.device = device
+        self._gradients = gradients
+        self._place = place and device.type != "cpu"
+        self._non_blocking = config.non_blocking
+        size = _batch_size(loader)
+        split = config.split_batches and state.distributed
+        self._total_batch_size = None if size is None else size if split else size * state.num_processes
+        self._drop_last = _drops_last(loader)
+        self._epoch_targets = _epoch_targets(loader)
+        self._epochs_started = 0
+        self._running: list[_Epoch] = []
+        self._resume: dict[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iterate(None)
+
+    def skip_first_batches(self, num_batches: int = 0) -> SkippedEpochStart:
+        """This loader, with its next epoch starting at batch `num_batches` of that epoch (counted from
+        the epoch's start, also when load_state has positioned it inside the epoch); later epochs are whole."""
+        return SkippedEpochStart(self, num_batches)
+
+    @contextlib.contextmanager
+    def override_even_batches(self, even_batches: bool) -> Iterator[None]:
+        """Inside the block, the processes' parts follow `even_batches` instead of the configured value
+        (what `accelerator.join_uneven_inputs(..., even_batches=...)` uses)."""
+        with self._sharding.override_even_batches(even_batches):
+            yield
+
+    def _iterate(self, skip: int | None) -> Iterator[Any]:
+        """One epoch; `skip`: the batch it starts at (None: the loaded position, or its start)."""
+        loaded = self._resume
+        if skip is not None and loaded is not None and skip < loaded["batch"] >= length(self.loader):
+            self._finish_loaded_epoch()  # it has no batch left: the skip is for the epoch after it
+        index = self._epochs_started if self._resume is None else self._resume["epoch"]
+        self._sharding.start_epoch(index)
+        self._apply_epoch(index)
+        self.remainder = self._initial_remainder()
+        epoch = _Epoch(index, capture_rng(self.loader))
+        batches, current = self._open(epoch, skip)
+        self._epochs_started = epoch.index + 1
+        if current is _END:
+            return
+        self._running.append(epoch)
+        self._gradients._add_dataloader(self)
+        try:
+            for upcoming in batches:
+                epoch.batches += 1
+                yield self._deliver(current)
+                current = upcoming
+            epoch.batches += 1
+            self.ending = True
+            yield self._deliver(current)
+        finally:
+            self.ending = False
+            self._gradients._remove_dataloader(self)
+            self._running.remove(epoch)
+
+    def _deliver(self, batch: Any) -> Any:
+        """The batch as the script gets it: without the tag of a padded iterable batch, on the device."""
+        if type(batch) is TaggedBatch:
+            self._sharding.tail_real = self.remainder = batch.real  # type: ignore[attr-defined]
+            batch = batch.batch
+        elif isinstance(self._sharding, IterableSharding):
+            self._sharding.tail_real = None
+        if not self._place:
+            return batch
+        return map_tensors(lambda t: t.to(self.device, non_blocking=self._non_blocking), batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next epoch to start number `epoch` (Accelerate's DataLoaderShard.set_epoch; see the
+        module docstring for how it decides the order and meets checkpoints)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"set_epoch(epoch={epoch!r}) is not accepted: give an int >= 0.")
+        resume = self._resume
+        if resume is not None and resume["epoch"] != epoch:
+            warnings.warn(
+                f"set_epoch({epoch}) after load_state: the checkpoint left this dataloader at batch {resume['batch']} "
+                f"of epoch {resume['epoch']}; epoch {epoch} will start from its beginning instead. Call "
+                f"set_epoch({resume['epoch']}) (or not at all) to resume where the checkpoint was taken.",
+                stacklevel=2,
+            )
+            self._resume = None
+        self._epochs_started = epoch
+        self._apply_epoch(epoch)
+
+    def _apply_epoch(self, epoch: int) -> None:
+        """Pass the epoch number to the seedable sampler and to the user's objects with a set_epoch."""
+        if self._seeded is not None:
+            self._seeded.set_epoch(epoch)
+        for target in self._epoch_targets:
+            target.set_epoch(epoch)
+
+    @property
+    def iteration(self) -> int:
+        """The running epoch's number (between epochs: the next one's); Accelerate's DataLoaderShard.iteration."""
+        return self._running[-1].index if self._running else self._epochs_started
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """True while the epoch's last batch is in use (Accelerate's name for `ending`)."""
+        return self.ending
+
+    @property
+    def total_batch_size(self) -> int | None:
+        """Samples per step over all processes: the DataLoader's batch size (that of its batch sampler, or of
+        the BatchSampler given as its sampler), times the processes unless `split_batches`; None without one."""
+        return self._total_batch_size
+
+    @property
+    def total_dataset_length(self) -> int:
+        """len() of the user's dataset (its `total_length` when it has one, as Accelerate)."""
+        dataset = getattr(self.loader.dataset, "dataset", None) if self._iterable else None
+        dataset = self.loader.dataset if dataset is None else dataset
+        total = getattr(dataset, "total_length", None)
+        return total if isinstance(total, int) else len(dataset)  # type: ignore[arg-type]
+
+    @property
+    def _iterable(self) -> bool:
+        return isinstance(self._sharding, IterableSharding)
+
+    def _initial_remainder(self) -> int:
+        """Accelerate's remainder as an epoch starts: total length modulo total batch size, or -1
+        (drop_last, no batch size, or a dataset without len)."""
+        size = self.total_batch_size
+        if size is None or self._drop_last:
+            return -1
+        try:
+            return self.total_dataset_length % size
+        except TypeError:
+            return -1
+
+    def _open(self, epoch: _Epoch, skip: int | None) -> tuple[Iterator[Any], Any]:
+        """A fresh iterator over the loader (without its first `skip` batches) and its first batch,
+        or, after `load_state_dict`, the iterator of the saved epoch moved past the batches it had
+        already yielded (or past the first `skip`, when given)."""
+        resume, self._resume = self._resume, None
+        if resume is None:
+            epoch.batches = skip or 0
+            batches = iter(skipping_loader(self.loader, skip) if skip else self.loader)
+            return batches, next(batches, _END)
+        # Replay the saved epoch from the RNG states it started with, then put back the RNG state
+        # load_state restored, so that the skipped batches leave no trace in it.
+        restored = torch.get_rng_state()
+        epoch.index, epoch.rng = resume["epoch"], resume["rng"]
+        epoch.batches = resume["batch"] if skip is None else skip
+        apply_rng(self.loader, epoch.rng)
+        try:
+            batches = iter(self.loader)
+            for _ in range(epoch.batches):
+                if next(batches, _END) is _END:
+                    if skip is not None:  # asked to skip past the end: an empty epoch, as Accelerate's
+                        return batches, _END
+                    raise ValueError(
+                        f"the checkpoint's dataloader position is batch {epoch.batches} of epoch "
+                        f"{epoch.index}, but this DataLoader ended before it: its dataset or batch size is not "
+                        "the one the checkpoint was saved with. Build the DataLoader as in the saved run."
+                    )
+            return batches, next(batches, _END)
+        finally:
+            torch.set_rng_state(restored)
+
+    def _finish_loaded_epoch(self) -> None:
+        """Run the loaded epoch, which has no batch left, to its end without loading any samples, so that
+        its generators advance as in the run that saved it; the next iteration starts the next epoch."""
+        resume, self._resume = self._resume, None
+        assert resume is not None
+        restored = torch.get_rng_state()
+        self._sharding.start_epoch(resume["epoch"])
+        self._apply_epoch(resume["epoch"])
+        apply_rng(self.loader, resume["rng"])
+        try:
+            for _ in skipping_loader(self.loader, resume["batch"]):
+                pass
+        finally:
+            torch.set_rng_state(restored)
+        self._epochs_started = resume["epoch"] + 1
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def gathered_rows_to_keep(self) -> Keep:
+        """While the epoch's last batch is in use: which rows of its gather across processes are real
+        samples (the first n, or these positions), or None when none is padding."""
+        if not self._running:
+            return None
+        if self.ending:
+            return self._sharding.keep(self._running[-1].batches)
+        return self._sharding.tail_real if isinstance(self._sharding, IterableSharding) else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: `epoch` (0-based; the next one when no epoch is running), `batch` (batches
+        yielded in it), and `rng`: the RNG states the running epoch started from; between epochs,
+        None, or, when torch.Generators decide the order, their states ('torch' None)."""
+        if self._resume is not None:  # loaded but not iterated yet: still at the loaded position
+            return dict(self._resume)
+        if not self._running:
+            found = generators(self.loader)
+            rng = {"torch": None, "generators": [g.get_state() for g in found]} if found else None
+            return {"epoch": self._epochs_started, "batch": 0, "rng": rng}
+        epoch = self._running[-1]
+        return {"epoch": epoch.index, "batch": epoch.batches, "rng": epoch.rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a position from `state_dict()`: the next iteration continues the saved epoch
+        with the batch after the last one it yielded (none when that epoch had ended); a position
+        between epochs puts the generators back as the next epoch will find them."""
+        check_position(state, len(generators(self.loader)))
+        self._epochs_started = state["epoch"]
+        rng = state["rng"]
+        if rng is not None and rng["torch"] is None:  # between epochs
+            for generator, generator_state in zip(generators(self.loader), rng["generators"]):
+                generator.set_state(generator_state)
+            rng = None
+        self._resume = dict(state) if rng is not None else None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __repr__(self) -> str:
+        return f"PreparedDataLoader({self.loader!r}, device={self.device})"
+
+
+def _epoch_targets(loader: DataLoader[Any]) -> list[Any]:
+    """The user's dataset, sampler and batch sampler that have a set_epoch (each once)."""
+    found: list[Any] = []
+    for candidate in (loader.dataset, loader.sampler, loader.batch_sampler):
+        if callable(getattr(candidate, "set_epoch", None)) and not any(candidate is f for f in found):
+            found.append(candidate)
+    return found
+
+
+def _batch_size(loader: DataLoader[Any]) -> int | None:
+    """The batch size the script gave: the DataLoader's, else its batch sampler's (or, with batch_size=None,
+    that of the BatchSampler given as its sampler); None when there is none."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    size = getattr(holder, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _drops_last(loader: DataLoader[Any]) -> bool:
+    """Whether the script's DataLoader (or its batch sampler) drops a short last batch."""
+    holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    return bool(loader.drop_last or getattr(holder, "drop_last", False))

@@ -1,0 +1,294 @@
+"""`PartialState` and `AcceleratorState`: Accelerate's process-control objects, without a singleton.
+
+What inference and data-preparation scripts use, with Accelerate's names and meanings:
+`PartialState().split_between_processes(...)`, `.process_index`, `.is_main_process`,
+`.main_process_first()`, `.wait_for_everyone()`, the `on_*_process` decorators, `.print()`.
+
+Accelerate keeps one shared state per process (a Borg singleton). accel keeps none beyond the
+torch.distributed process group (see distributed.py): each `PartialState()` reads torchrun's
+environment and joins the process group, or reuses the one that runs, so `PartialState()` and
+any number of Accelerators, created in any order, agree on the layout and share one group.
+What that changes for a script, compared with Accelerate:
+
+* A `PartialState` knows only what the environment and the process group say. Options given to
+  an Accelerator's constructor (`cpu=True`, `mixed_precision="bf16"`) are not seen by a
+  `PartialState()` or `AcceleratorState()` created elsewhere; `accelerator.state` has them.
+  (When the running group is CPU-only, gloo, the device is the CPU, as the Accelerator chose.)
+* `AcceleratorState()` may be created before any Accelerator (Accelerate raises then): its
+  `mixed_precision` is the argument, else `$ACCEL_MIXED_PRECISION`, else "no".
+* `_reset_state()` exists for scripts and tests that call it, and has nothing to reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from accel.distributed import operations
+
+from accel.distributed import splitting
+from accel.distributed.process_state import ProcessState
+from accel.distributed.types import DistributedType, distributed_type_of
+from accel.kwargs_handlers import InitProcessGroupKwargs
+
+_ACCELERATOR_BACKENDS = ("nccl", "xccl")
+
+
+def current_process_state(cpu: bool = False, **group_options: Any) -> ProcessState:
+    """This process's state from torchrun's environment, joining (or reusing) the process group.
+
+    `cpu` or `$ACCEL_USE_CPU` puts the process on the CPU, as does a running CPU-only (gloo)
+    group; `group_options` are InitProcessGroupKwargs fields (backend, init_method, timeout).
+    """
+    from accel.settings import USE_CPU
+
+    running = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else None
+    cpu_only_group = running is not None and not any(name in running for name in _ACCELERATOR_BACKENDS)
+    use_cpu = bool(cpu) or bool(USE_CPU.from_env()) or cpu_only_group
+    group = InitProcessGroupKwargs(**group_options) if group_options else None
+    return ProcessState.from_environment(cpu=use_cpu, group=group)
+
+
+class PartialState:
+    """Where this process stands among the processes of the run, and helpers to coordinate them.
+
+    `PartialState(cpu=False, **kwargs)`: `kwargs` are InitProcessGroupKwargs fields, as in
+    Accelerate (`PartialState(**InitProcessGroupKwargs(...).to_kwargs())`).
+    """
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        self._process = current_process_state(cpu, **kwargs)
+
+    @classmethod
+    def of(cls, process: ProcessState) -> PartialState:
+        """The state for a ProcessState already made (an Accelerator's), reading nothing else."""
+        state = cls.__new__(cls)
+        state._process = process
+        return state
+
+    # ------------------------------------------------------------------ where this process stands
+    @property
+    def process_state(self) -> ProcessState:
+        """accel's ProcessState underneath (what the collective operations take)."""
+        return self._process
+
+    @property
+    def device(self) -> torch.device:
+        return self._process.device
+
+    @property
+    def process_index(self) -> int:
+        return self._process.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self._process.local_process_index
+
+    @property
+    def num_processes(self) -> int:
+        return self._process.num_processes
+
+    @property
+    def num_local_processes(self) -> int:
+        """Processes on this machine."""
+        return self._process.num_local_processes
+
+    @property
+    def backend(self) -> str | None:
+        """The process group's backend (gloo, nccl, ...); None in a single process."""
+        return self._process.backend
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """FSDP when models are sharded; else NO in a single process, MULTI_CPU, MULTI_GPU, ... by the device."""
+        if getattr(self, "fsdp_plugin", None) is not None:
+            return DistributedType.FSDP
+        return distributed_type_of(self._process)
+
+    @property
+    def distributed(self) -> bool:
+        """True when several processes run together (ProcessState's name)."""
+        return self._process.distributed
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when several processes run together (Accelerate's name)."""
+        return self._process.distributed
+
+    @property
+    def initialized(self) -> bool:
+        """Always True: a state exists once created (Accelerate's singleton can be empty)."""
+        return True
+
+    @property
+    def is_main_process(self) -> bool:
+        return self._process.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self._process.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self._process.is_last_process
+
+    @property
+    def default_device(self) -> torch.device:
+        """The device a process would use with no CPU option: the first accelerator, else the CPU."""
+        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        return torch.device(accelerator.type if accelerator is not None else "cpu")
+
+    # ------------------------------------------------------------------ coordination
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this call (nothing to wait for in one process)."""
+        operations.barrier(self._process)
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the block on the main process first, then on the others."""
+        with self._first(self.is_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """Run the block on each machine's first process first, then on that machine's others."""
+        with self._first(self.is_local_main_process):
+            yield
+
+    @contextlib.contextmanager
+    def _first(self, leading: bool) -> Iterator[None]:
+        if not leading:
+            self.wait_for_everyone()
+        yield
+        if leading:
+            self.wait_for_everyone()
+
+    def split_between_processes(
+        self, inputs: Any, apply_padding: bool = False
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context manager yielding this process's share of a list, tuple, tensor or dict (see splitting.py)."""
+        return splitting.split_between_processes(inputs, self._process, apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """print() on each machine's first process only (Accelerate's PartialState.print)."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    # ------------------------------------------------------------------ decorators
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: `function` runs on the main process only; elsewhere a call returns None."""
+        return run_where(function, self.is_main_process)
+
+    def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: `function` runs on each machine's first process only."""
+        return run_where(function, self.is_local_main_process)
+
+    def on_last_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: `function` runs on the last process only."""
+        return run_where(function, self.is_last_process)
+
+    def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
+        """Decorator (`@state.on_process(process_index=2)`): `function` runs on that process only."""
+        return run_where(function, self.process_index == _index("process_index", process_index))
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: `function` runs on the process of that local index on each machine."""
+        here = self.local_process_index == _index("local_process_index", local_process_index)
+        return run_where(function, here)
+
+    # ------------------------------------------------------------------ Accelerate's housekeeping
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy `group`, or the process group accel created when None (Accelerate's method)."""
+        from accel.distributed import process_group as distributed
+
+        if group is not None:
+            dist.destroy_process_group(group)
+        else:
+            distributed.leave_process_group()
+
+    @staticmethod
+    def _reset_state(*args: Any) -> None:
+        """Nothing to reset: accel keeps no shared state (kept for scripts that call it)."""
+
+    def __repr__(self) -> str:
+        backend = f"  Backend: {self.backend}" if self.backend else ""
+        return (
+            f"Distributed environment: {self.distributed_type.value}{backend}\nNum processes: {self.num_processes}\n"
+            f"Process index: {self.process_index}\nLocal process index: {self.local_process_index}\n"
+            f"Device: {self.device}\n"
+        )
+
+
+class AcceleratorState(PartialState):
+    """PartialState plus the precision (see the module docstring for what differs from Accelerate).
+
+    `AcceleratorState(mixed_precision=None, cpu=False, **kwargs)`: the precision is resolved like
+    the Accelerator's (`$ACCEL_MIXED_PRECISION` when None, both vocabularies accepted) and
+    `mixed_precision` reports accel's canonical name. `accelerator.state` is the state of that
+    Accelerator, with its precision.
+    """
+
+    deepspeed_plugin: None = None
+    """accel has no DeepSpeed; None, as in an Accelerate run without it."""
+    fsdp_plugin: Any = None
+    """The FSDP plugin when the Accelerator shards with FSDP, else None."""
+    dynamo_plugin: Any = None
+
+    def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
+        from accel.backends.names import resolve_precision
+        from accel.settings import MIXED_PRECISION
+
+        super().__init__(cpu, **kwargs)
+        chosen = MIXED_PRECISION.from_env() if mixed_precision is None else mixed_precision
+        self._mixed_precision = resolve_precision(chosen, "AcceleratorState(mixed_precision)")
+
+    @classmethod
+    def of(  # type: ignore[override]
+        cls, process: ProcessState, mixed_precision: str = "no", **plugins: Any
+    ) -> AcceleratorState:
+        """The state of an Accelerator: its ProcessState, its canonical precision, and plugins
+        (`fsdp_plugin=...`) set as attributes."""
+        state = cls.__new__(cls)
+        state._process = process
+        state._mixed_precision = mixed_precision
+        for name, plugin in plugins.items():
+            setattr(state, name, plugin)
+        return state
+
+    @property
+    def mixed_precision(self) -> str:
+        """The precision that runs, by accel's canonical name ('no', 'fp16', 'bf16', 'fp8', '16-true', ...)."""
+        return self._mixed_precision
+
+    def __repr__(self) -> str:
+        return super().__repr__() + f"Mixed precision type: {self.mixed_precision}\n"
+
+
+def run_where(function: Callable[..., Any] | None, here: bool) -> Any:
+    """`function` when `here`, else a stand-in that does nothing and returns None; with no
+    function, a decorator that does the same (so both `@state.on_x` and `@state.on_x()` work)."""
+    if function is None:
+        return functools.partial(run_where, here=here)
+    if here:
+        return function
+
+    @functools.wraps(function)
+    def skipped(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    return skipped
+
+
+def _index(argument: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{argument}={value!r} is not accepted: give the index (an int >= 0) of the process to run on."
+        )
+    return value

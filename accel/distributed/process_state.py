@@ -1,0 +1,75 @@
+"""Which process this is, which device it trains on, and the process group it belongs to."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from accel.distributed import process_group as distributed
+from accel.kwargs_handlers import InitProcessGroupKwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessState:
+    """The process's place in the job and its device.
+
+    A script run without torchrun (or with WORLD_SIZE=1) is one process with no process group;
+    under `accel launch --num_processes N` each process joins the group (see distributed.py).
+    """
+
+    device: torch.device
+    process_index: int = 0
+    local_process_index: int = 0
+    num_processes: int = 1
+    num_local_processes: int = 1
+    """Processes on this machine."""
+    backend: str | None = None
+    """The process group's backend (gloo, nccl, ...); None in a single process."""
+
+    @classmethod
+    def from_environment(cls, *, cpu: bool, group: InitProcessGroupKwargs | None = None) -> ProcessState:
+        """Read the layout torchrun set, pick the device, and join the process group when there are several."""
+        layout = distributed.read_layout(os.environ)
+        device = pick_device(cpu=cpu, local_index=layout.local_rank)
+        if layout.world_size == 1:
+            return cls(device=device)
+        backend = distributed.join_process_group(layout, device, group or InitProcessGroupKwargs())
+        return cls(device, layout.rank, layout.local_rank, layout.world_size, layout.local_world_size, backend)
+
+    @property
+    def distributed(self) -> bool:
+        """True when several processes train together (a process group exists)."""
+        return self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on the process that writes files and prints (global rank 0)."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on the first process of each machine."""
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the process with the highest rank."""
+        return self.process_index == self.num_processes - 1
+
+
+def pick_device(*, cpu: bool, local_index: int = 0) -> torch.device:
+    """The CPU when asked or when there is no accelerator, else accelerator `local_index` of this machine."""
+    if cpu or not torch.accelerator.is_available():
+        return torch.device("cpu")
+    accelerator = torch.accelerator.current_accelerator()
+    assert accelerator is not None
+    count = torch.accelerator.device_count()
+    if local_index >= count:
+        raise RuntimeError(
+            f"this is process {local_index} on its machine (LOCAL_RANK={local_index}), but only {count} "
+            f"{accelerator.type} device(s) are visible here. Start at most {count} processes per machine "
+            "(accel launch --num_processes), or train on the CPU with --cpu."
+        )
+    return torch.device(accelerator.type, local_index)

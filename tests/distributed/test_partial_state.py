@@ -1,0 +1,67 @@
+"""PartialState and AcceleratorState in one process (the 2-process run is in
+distributed/test_partial_state.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel import AcceleratorState, DistributedType, PartialState
+from accel.distributed.process_state import ProcessState
+
+
+def test_one_process_is_the_main_the_local_main_and_the_last() -> None:
+    state = PartialState(cpu=True)
+    assert (state.process_index, state.local_process_index, state.num_processes) == (0, 0, 1)
+    assert state.is_main_process and state.is_local_main_process and state.is_last_process
+    assert state.device == torch.device("cpu") and state.backend is None
+    assert state.distributed_type == DistributedType.NO == "NO" and not state.use_distributed
+    assert state.initialized and "Distributed environment: NO" in repr(state)
+    state.wait_for_everyone()
+    with state.main_process_first(), state.local_main_process_first():
+        pass
+    PartialState._reset_state()  # accepted, nothing to reset
+
+
+def test_cpu_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEL_USE_CPU", "1")
+    assert PartialState().device == torch.device("cpu")
+
+
+def test_decorators_run_the_function_in_a_single_process() -> None:
+    state = PartialState()
+    for decorator in (state.on_main_process, state.on_local_main_process, state.on_last_process):
+        assert decorator(lambda x: x + 1)(1) == 2
+    assert state.on_process(process_index=0)(lambda: "here")() == "here"
+    assert state.on_process(process_index=1)(lambda: "here")() is None
+    assert state.on_local_process(local_process_index=0)(lambda: "here")() == "here"
+    with pytest.raises(ValueError, match=r"process_index=None is not accepted: give the index"):
+        state.on_process(lambda: None)
+
+
+def test_print_prints_on_the_local_main_process(capsys: pytest.CaptureFixture[str]) -> None:
+    PartialState().print("hello", 3)
+    assert capsys.readouterr().out == "hello 3\n"
+
+
+def test_accelerator_state_precision_comes_from_the_argument_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert AcceleratorState().mixed_precision == "no"
+    assert AcceleratorState(mixed_precision="bf16-mixed").mixed_precision == "bf16"
+    monkeypatch.setenv("ACCEL_MIXED_PRECISION", "fp16")
+    state = AcceleratorState()
+    assert state.mixed_precision == "fp16" and "Mixed precision type: fp16" in repr(state)
+    assert state.deepspeed_plugin is None and state.num_processes == 1
+    with pytest.raises(ValueError, match="fp12"):
+        AcceleratorState(mixed_precision="fp12")
+
+
+def test_states_of_an_existing_process_state() -> None:
+    process = ProcessState(torch.device("cpu"), 1, 1, 4, 2, "gloo")
+    partial = PartialState.of(process)
+    assert partial.process_state is process
+    assert (partial.process_index, partial.num_local_processes, partial.distributed_type) == (1, 2, "MULTI_CPU")
+    assert not partial.is_main_process and not partial.is_last_process and partial.distributed
+    full = AcceleratorState.of(process, "bf16", fsdp_plugin="plugin")
+    assert (full.mixed_precision, full.fsdp_plugin, full.backend) == ("bf16", "plugin", "gloo")
+    assert full.on_process(process_index=1)(lambda: "ran")() == "ran"
+    assert full.on_main_process(lambda: "ran")() is None

@@ -1,0 +1,53 @@
+"""Checkpoints with 2 real processes: written once by the main process with every process's RNG
+and data position, resumed exactly, and loadable by another number of processes between epochs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel.checkpointing import CheckpointError
+from checkpoint_script import build, train
+from launching import Launched, launch
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launched, Path]:
+    folder = tmp_path_factory.mktemp("checkpoints")
+    result = launch("checkpoint_script.py", str(folder))
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result, folder
+
+
+def test_the_main_process_writes_one_checkpoint_with_every_process_state(saved: tuple[Launched, Path]) -> None:
+    _, folder = saved
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch", "mid"]  # no work folders left behind
+    manifest = json.loads((folder / "mid" / "manifest.json").read_text())
+    assert manifest["num_processes"] == 2
+    assert {"random_states_0.pt", "random_states_1.pt", "dataloaders_0.pt", "dataloaders_1.pt",
+            "gradients.safetensors"} <= set(manifest["files"])
+
+
+def test_resuming_with_two_processes_continues_exactly(saved: tuple[Launched, Path]) -> None:
+    run, _ = saved
+    full, resumed = run.of("full"), run.of("resumed")
+    assert full[0] == full[1] and resumed[0] == resumed[1]
+    torch.testing.assert_close(torch.tensor(resumed[0]), torch.tensor(full[0]), rtol=1e-6, atol=1e-7)
+
+
+def test_a_checkpoint_between_epochs_loads_in_one_process(saved: tuple[Launched, Path]) -> None:
+    _, folder = saved
+    parts = build()
+    parts[0].load_state(folder / "epoch")
+    assert parts[3].state_dict() == {"epoch": 1, "batch": 0, "rng": None}
+    assert len(train(parts)) > 0
+
+
+def test_a_checkpoint_inside_an_epoch_is_refused_by_another_number_of_processes(saved: tuple[Launched, Path]) -> None:
+    _, folder = saved
+    parts = build()
+    with pytest.raises(CheckpointError, match=r"saved by 2 process\(es\) in the middle of an epoch .* this run has 1"):
+        parts[0].load_state(folder / "mid")
