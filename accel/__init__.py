@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.accelerator import Accelerator as Accelerator
     from accel.checkpointing import ProjectConfiguration as ProjectConfiguration
     from accel.data.configuration import DataLoaderConfiguration as DataLoaderConfiguration
-    from accel.data.configuration import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
     from accel.distributed.partial_state import AcceleratorState as AcceleratorState
     from accel.distributed.partial_state import PartialState as PartialState
@@ -51,7 +51,7 @@ _EXPORTS = {
     "AcceleratorState": "accel.distributed.partial_state",
     "DataLoaderConfiguration": "accel.data.configuration",
     "DistributedType": "accel.distributed.types",
-    "GradientAccumulationPlugin": "accel.data.configuration",
+    "GradientAccumulationPlugin": "accel.training.accumulation",
     "PartialState": "accel.distributed.partial_state",
     "find_executable_batch_size": "accel.training.out_of_memory",
     "skip_first_batches": "accel.data.skipping",

@@ -42,19 +42,53 @@ def check_choice(argument: str, value: Any, accepted: Iterable[str], *, case_sen
     raise choice_error(argument, value, accepted)
 
 
-def check_int(argument: str, value: Any, *, minimum: int | None = None) -> int:
-    """Return `value` if it is an int (not a bool) no smaller than `minimum`, or raise."""
+class ArgumentTypeError(TypeError, ValueError):
+    """A value of the wrong kind (a str where a bool belongs, say).
+
+    A TypeError, as Python's convention has it, and also a ValueError, as Accelerate's
+    configuration objects raise for the same mistake: a script's `except ValueError` and
+    `except TypeError` both catch it. Every check below raises it for a wrong kind, and a plain
+    ValueError for a value of the right kind that is out of range.
+    """
+
+
+def check_int(argument: str, value: Any, *, minimum: int | None = None, or_none: bool = False) -> int:
+    """Return `value` if it is an int (not a bool) no smaller than `minimum`, or raise.
+
+    `or_none=True` only words the message for a field that also accepts None (the caller lets
+    None through before calling).
+
+    >>> check_int("num_steps", 4, minimum=1)
+    4
+    """
+    bound = "an int" if minimum is None else f"an int >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{argument}={value!r} must be an int, not {type(value).__name__}.")
+        alternative = " or None" if or_none else ""
+        raise ArgumentTypeError(f"{argument}={value!r} must be {bound}{alternative}, not {type(value).__name__}.")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{argument}={value!r} must be an int >= {minimum}.")
+        raise ValueError(f"{argument}={value!r} must be {bound}.")
     return value
 
 
 def check_bool(argument: str, value: Any) -> bool:
-    """Return `value` if it is a bool, or raise."""
+    """Return `value` if it is a bool, or raise.
+
+    >>> check_bool("even_batches", True)
+    True
+    """
     if not isinstance(value, bool):
-        raise TypeError(f"{argument}={value!r} must be True or False, not {type(value).__name__}.")
+        raise ArgumentTypeError(f"{argument}={value!r} must be True or False, not {type(value).__name__}.")
+    return value
+
+
+def check_optional_bool(argument: str, value: Any) -> bool | None:
+    """Return `value` if it is a bool or None, or raise.
+
+    >>> check_optional_bool("dispatch_batches", None) is None
+    True
+    """
+    if value is not None and not isinstance(value, bool):
+        raise ArgumentTypeError(f"{argument}={value!r} must be True, False or None, not {type(value).__name__}.")
     return value
 
 

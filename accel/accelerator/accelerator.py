@@ -21,7 +21,8 @@ from accel.training import compiling
 from accel.distributed import process_group as distributed
 from accel.training import model as model_utils
 from accel.checkpointing.hooks import LoadHook, SaveHook
-from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration
+from accel.training.accumulation import GradientAccumulationPlugin
 from accel.data.loader import PreparedDataLoader
 from accel.data.loader_options import check_dataloader_config
 from accel.accelerator.data_options import DataOptionsMixin

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from accel._validation import check_bool, check_int
-from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration
+from accel.training.accumulation import GradientAccumulationPlugin
 from accel.backends.base import PrecisionBackend
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers

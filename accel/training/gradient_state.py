@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, ClassVar, Self
 
-from accel.data.configuration import GradientAccumulationPlugin
+from accel.training.accumulation import GradientAccumulationPlugin
 
 
 class GradientState:

@@ -1,7 +1,8 @@
 """The configuration classes and enums, at Accelerate's path `accelerate.utils.dataclasses`."""
 
 from accel.checkpointing.project import ProjectConfiguration
-from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration
+from accel.training.accumulation import GradientAccumulationPlugin
 from accel.distributed.types import DistributedType, PrecisionType
 from accel.kwargs_handlers import (
     AutocastKwargs,

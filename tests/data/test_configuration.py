@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from accel.data.configuration import DataLoaderConfiguration, GradientAccumulationPlugin
+from accel.data.configuration import DataLoaderConfiguration
+from accel.training.accumulation import GradientAccumulationPlugin
 
 
 def test_dataloader_configuration_has_accelerates_fields_and_defaults() -> None:
