@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -20,7 +19,6 @@ from accel import checkpointing
 from accel.training import compiling
 from accel.distributed import process_group as distributed
 from accel.training import model as model_utils
-from accel.checkpointing.hooks import LoadHook, SaveHook
 from accel.data.configuration import DataLoaderConfiguration
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.data.loader import PreparedDataLoader
@@ -30,9 +28,11 @@ from accel.accelerator.files import FilesMixin
 from accel.training.gradient_state import GradientState
 from accel.training.out_of_memory import release_memory
 from accel.training.optimizer import AcceleratedOptimizer
+from accel.training.prepared import PreparedObjects
 from accel.distributed.partial_state import AcceleratorState
 from accel.accelerator.process_methods import ProcessMixin
 from accel.training.scheduler import AcceleratedScheduler
+from accel.training.strategy import ParallelStrategy
 from accel.data.skipping import skip_first_batches
 from accel.distributed.process_state import ProcessState
 from accel.accelerator.synchronizing import SyncMixin
@@ -43,13 +43,10 @@ from accel.backends.registry import create_backend
 from accel.environment import check_environment
 from accel.kwargs_handlers import (
     AutocastKwargs,
-    DistributedDataParallelKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
     collect_handlers,
 )
-from accel import fsdp
-from accel.fsdp import strategy as sharding
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
@@ -106,6 +103,8 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
         self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision, self.quantizer)
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
+        self.strategy: ParallelStrategy = options.strategy(self.fsdp_plugin, self.process_state, self.precision, self.handlers)
+        """How prepared models are spread over the processes (DDP or FSDP2), chosen here once."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(
@@ -122,17 +121,58 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         options.check_same_setup(self)
 
     def _start_registries(self) -> None:
-        """The empty lists of what gets prepared and registered."""
-        self._models: list[nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[PreparedDataLoader] = []
+        """The empty registry of what gets prepared and registered."""
+        self.prepared = PreparedObjects()
+        """What prepare() and register_for_checkpointing() were given, by kind, in order (what checkpoints store)."""
         self._orphan_optimizers_warned: set[int] = set()
-        self._checkpointed_objects: list[Any] = []
-        self._save_state_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()  # weak-referenceable, for the
-        self._load_state_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()  # hooks' RemovableHandle
         self._trigger: torch.Tensor | None = None
-        self._fsdp_names: dict[int, str] = {}
+
+    # Accelerate's private lists, which transformers' Trainer reads and published scripts assign: views
+    # of the registry (assigning one replaces that list in the registry).
+    @property
+    def _models(self) -> list[nn.Module]:
+        return self.prepared.models
+
+    @_models.setter
+    def _models(self, models: list[nn.Module]) -> None:
+        self.prepared.models = models
+
+    @property
+    def _optimizers(self) -> list[AcceleratedOptimizer]:
+        return self.prepared.optimizers
+
+    @_optimizers.setter
+    def _optimizers(self, optimizers: list[AcceleratedOptimizer]) -> None:
+        self.prepared.optimizers = optimizers
+
+    @property
+    def _schedulers(self) -> list[AcceleratedScheduler]:
+        return self.prepared.schedulers
+
+    @_schedulers.setter
+    def _schedulers(self, schedulers: list[AcceleratedScheduler]) -> None:
+        self.prepared.schedulers = schedulers
+
+    @property
+    def _dataloaders(self) -> list[PreparedDataLoader]:
+        return self.prepared.dataloaders
+
+    @_dataloaders.setter
+    def _dataloaders(self, dataloaders: list[PreparedDataLoader]) -> None:
+        self.prepared.dataloaders = dataloaders
+
+    @property
+    def _custom_objects(self) -> list[Any]:
+        """Accelerate's name for the objects given to register_for_checkpointing."""
+        return self.prepared.registered
+
+    @property
+    def _save_state_pre_hooks(self) -> dict[int, Any]:
+        return self.prepared.save_hooks
+
+    @property
+    def _load_state_pre_hooks(self) -> dict[int, Any]:
+        return self.prepared.load_hooks
 
     # ----------------------------------------------------------------- properties
     @property
@@ -175,7 +215,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last step of any prepared optimizer was skipped (inf/NaN gradients)."""
-        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+        return any(optimizer.step_was_skipped for optimizer in self.prepared.optimizers)
 
     @property
     def conversion_report(self) -> Any:
@@ -217,10 +257,11 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
                 if accepts(obj):
                     result[index] = prepare(obj, device_placement=placements[index])
                     result[index]._is_accelerate_prepared = True  # Accelerate's mark, which other code reads
-        prepare_checks.check_quantized_optimizers(self._optimizers, self.quantizer)
-        self.precision.after_prepare(self._models, self._optimizers)
+        prepared = self.prepared
+        prepare_checks.check_quantized_optimizers(prepared.optimizers, self.quantizer)
+        self.precision.after_prepare(prepared.models, prepared.optimizers)
         prepare_checks.check_orphan_optimizers(
-            self._models, self._optimizers, self.precision, self._orphan_optimizers_warned
+            prepared.models, prepared.optimizers, self.precision, self._orphan_optimizers_warned
         )
         return result[0] if len(result) == 1 else tuple(result)
 
@@ -239,18 +280,15 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         `device_placement` overrides the Accelerator's for this model. `evaluation_mode=True`
         prepares a model only run forward: converted and placed, not wrapped for DDP.
         """
-        if any(model is prepared for prepared in self._models):
+        if any(model is prepared for prepared in self.prepared.models):
             return model
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
-        names = sharding.parameter_names(self, model)  # before conversion, which may replace Parameters
+        names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
         model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state, self.quantizer)
-        if not evaluation_mode and self.fsdp_plugin is not None:
-            model = sharding.shard(self, model, names)
-        elif not evaluation_mode:
-            ddp_options = self.handlers.get(DistributedDataParallelKwargs)
-            model = model_utils.wrap_for_processes(model, self.process_state, ddp_options)
+        if not evaluation_mode:
+            model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
         model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
-        self._models.append(model)
+        self.prepared.models.append(model)
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
@@ -262,22 +300,22 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
-        existing = prepare_checks.existing_wrapper(self._optimizers, optimizer)
+        existing = prepare_checks.existing_wrapper(self.prepared.optimizers, optimizer)
         if existing is not None:
             return existing
         self.precision.check_optimizer(optimizer)
-        sharding.retarget(self, optimizer)
+        self.strategy.retarget_optimizer(optimizer, self.prepared.models)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
-        self._optimizers.append(wrapped)
+        self.prepared.optimizers.append(wrapped)
         return wrapped
 
     def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
         """Wrap `scheduler` so that it advances once per optimizer step that really happened
         (`device_placement` is accepted for symmetry: a scheduler has nothing to place)."""
         owner = scheduler.optimizer
-        optimizers = [o for o in self._optimizers if owner in (o, o.optimizer, o.original)]
+        optimizers = [o for o in self.prepared.optimizers if owner in (o, o.optimizer, o.original)]
         wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
-        self._schedulers.append(wrapped)
+        self.prepared.schedulers.append(wrapped)
         return wrapped
 
     def prepare_data_loader(
@@ -290,20 +328,20 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
                 "process (each process reads its own part), so there is nothing to slice. Drop the argument."
             )
         if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
-            if not any(d is data_loader for d in self._dataloaders):
-                self._dataloaders.append(data_loader)
+            if not any(d is data_loader for d in self.prepared.dataloaders):
+                self.prepared.dataloaders.append(data_loader)
             return data_loader
         place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
         wrapped = PreparedDataLoader(
             data_loader, self.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
         )
-        self._dataloaders.append(wrapped)
+        self.prepared.dataloaders.append(wrapped)
         return wrapped
 
     # ----------------------------------------------------------------- training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate `loss` (divided by the accumulation steps, scaled for fp16)."""
-        if not self._models:
+        if not self.prepared.models:
             raise RuntimeError(
                 "backward() was called before prepare(): pass your model (and optimizer) to "
                 "accelerator.prepare(...) first, so that the precision can be applied."
@@ -329,7 +367,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """Unscale the gradients of `optimizer` (default: every prepared one), once per step."""
-        for wrapped in self._optimizers:
+        for wrapped in self.prepared.optimizers:
             if optimizer is None or optimizer is wrapped or optimizer is wrapped.optimizer:
                 wrapped.unscale_gradients()
 
@@ -344,9 +382,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         if not self.gradient_state.sync_gradients:
             return None
         self.unscale_gradients()
-        if self.fsdp_plugin is not None:
-            return fsdp.clip_grad_norm_(parameters, max_norm, norm_type)
-        return self.precision.clip_grad_norm_(parameters, max_norm, norm_type)
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor] | torch.Tensor, clip_value: float) -> None:
         """Clip each gradient to [-clip_value, clip_value] (after unscaling), on sync micro-batches."""
@@ -362,10 +398,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object (so they can be freed), collect garbage, empty the device
         cache; returns a None per object given, for `a, b = accelerator.free_memory(a, b)`."""
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
+        self.prepared.forget_training_objects()
         self.gradient_state.step = 0
         return release_memory(*objects)
 

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from accel import fsdp
 from accel._warnings import warn_once
 from accel import checkpointing
 from accel.training import model as model_utils
@@ -19,6 +18,8 @@ from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.model_files import parse_size, write_model_files, write_object
 from accel.backends.base import PrecisionBackend
 from accel.quantization import Quantizer
+from accel.training.prepared import PreparedObjects
+from accel.training.strategy import ParallelStrategy
 
 
 class FilesMixin:
@@ -27,10 +28,8 @@ class FilesMixin:
     precision: PrecisionBackend
     quantizer: Quantizer | None
     is_main_process: bool
-    _models: list[nn.Module]
-    _checkpointed_objects: list[Any]
-    _save_state_pre_hooks: dict[int, SaveHook]
-    _load_state_pre_hooks: dict[int, LoadHook]
+    prepared: PreparedObjects
+    strategy: ParallelStrategy
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
         """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
@@ -43,9 +42,7 @@ class FilesMixin:
             model = self.unwrap_model(model, keep_torch_compile=False)
         if dequantize and self.quantizer is not None:
             return self.quantizer.model_state_dict(model, dequantize=True)
-        if fsdp.is_sharded(model):  # every process must call it; the main one gets the full tensors
-            return fsdp.full_state_dict(model)
-        return self.precision.model_state_dict(model)
+        return self.strategy.full_state_dict(model)  # sharded: every process must call it, the main one gets them
 
     def save_model(
         self,
@@ -117,7 +114,7 @@ class FilesMixin:
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""
-        self._checkpointed_objects.extend(checkpointing.check_registrable(objects))
+        self.prepared.registered.extend(checkpointing.check_registrable(objects))
 
     def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
         """Call `hook(models, weights, output_dir)` before each checkpoint is written (main process).
@@ -125,7 +122,7 @@ class FilesMixin:
         A hook may save models itself into `output_dir` and remove their entries from `weights`,
         so that accel does not write them. Returns a handle whose `remove()` unregisters it.
         """
-        return _register(self._save_state_pre_hooks, hook, "register_save_state_pre_hook")
+        return _register(self.prepared.save_hooks, hook, "register_save_state_pre_hook")
 
     def register_load_state_pre_hook(self, hook: LoadHook) -> RemovableHandle:
         """Call `hook(models, input_dir)` before each checkpoint is restored (every process).
@@ -133,7 +130,7 @@ class FilesMixin:
         A hook may load models itself and remove them from `models`, so that accel does not.
         Returns a handle whose `remove()` unregisters it.
         """
-        return _register(self._load_state_pre_hooks, hook, "register_load_state_pre_hook")
+        return _register(self.prepared.load_hooks, hook, "register_load_state_pre_hook")
 
 
 def _register(hooks: dict[int, Any], hook: Callable[..., None], method: str) -> RemovableHandle:

@@ -14,9 +14,11 @@ from accel._validation import check_bool, check_int
 from accel.data.configuration import DataLoaderConfiguration
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.backends.base import PrecisionBackend
+from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
+from accel.training.strategy import ParallelStrategy
 
 RNG_TYPES = ("torch", "cuda", "mps", "npu", "xla", "xpu", "hpu", "mlu", "sdaa", "musa", "generator")
 """The names Accelerate accepts in `rng_types`."""
@@ -196,3 +198,13 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
     precision.configure_fsdp()
     mixed_precision_policy(precision.fsdp_precision, plugin.mixed_precision_policy)
     return plugin
+
+
+def strategy(plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers) -> ParallelStrategy:
+    """The one place where the parallelism is chosen: FSDP2 with a plugin (checked by `fsdp_plugin`),
+    else data parallelism (one process, or DDP over several)."""
+    if plugin is None:
+        return ParallelStrategy(process_state, precision, handlers)
+    from accel.fsdp.strategy import FSDPStrategy  # torch.distributed.fsdp only where FSDP runs
+
+    return FSDPStrategy(process_state, precision, handlers, plugin)

@@ -14,12 +14,12 @@ import torch
 from torch import nn
 from torch.distributed.algorithms.join import Join, Joinable
 
-from accel import fsdp
 from accel.distributed import operations
-from accel.data.loader import PreparedDataLoader
 from accel.training.compiling import is_compiled
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers, ProfileKwargs
+from accel.training.prepared import PreparedObjects
+from accel.training.strategy import ParallelStrategy
 
 
 class SyncMixin:
@@ -27,17 +27,13 @@ class SyncMixin:
 
     process_state: ProcessState
     handlers: Handlers
-    _dataloaders: list[PreparedDataLoader]
+    prepared: PreparedObjects
+    strategy: ParallelStrategy
     _trigger: torch.Tensor | None
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
         """Skip DDP's gradient all-reduce (FSDP's reduce-scatter) inside the block (nothing to skip in one process)."""
-        model = _uncompiled(model)
-        if fsdp.is_sharded(model):
-            return fsdp.no_sync(model)
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            return model.no_sync()
-        return contextlib.nullcontext()
+        return self.strategy.no_sync(_uncompiled(model))
 
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: nn.Module) -> Iterator[None]:
@@ -64,7 +60,7 @@ class SyncMixin:
         """
         with contextlib.ExitStack() as stack:
             if even_batches is not None:
-                for loader in self._dataloaders:
+                for loader in self.prepared.dataloaders:
                     stack.enter_context(loader.override_even_batches(even_batches))
             if self.process_state.distributed:
                 members = [j for j in joinables if isinstance(j, Joinable)]

@@ -28,7 +28,7 @@ from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
 from accel.checkpointing.rng import capture_rng
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 T = TypeVar("T")
 
@@ -42,9 +42,9 @@ _REBUILT = {
 """Errors raised on one process that are raised again, as the same type, on the others."""
 
 
-def per_process_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
+def per_process_objects(accelerator: CheckpointHost) -> dict[str, tuple[Any, str]]:
     """File name -> (value, what it is) of every process's RNG states and dataloader positions."""
-    own = (capture_rng(), [loader.state_dict() for loader in accelerator._dataloaders])
+    own = (capture_rng(), [loader.state_dict() for loader in accelerator.prepared.dataloaders])
     found: dict[str, tuple[Any, str]] = {}
     for rank, (rng, loaders) in _everyone(accelerator, own):
         whose = f" of process {rank}" if accelerator.process_state.distributed else ""
@@ -53,13 +53,13 @@ def per_process_objects(accelerator: Accelerator) -> dict[str, tuple[Any, str]]:
     return found
 
 
-def _everyone(accelerator: Accelerator, own: Any) -> list[tuple[int, Any]]:
+def _everyone(accelerator: CheckpointHost, own: Any) -> list[tuple[int, Any]]:
     if not accelerator.process_state.distributed:
-        return [(accelerator.process_index, own)]
+        return [(accelerator.process_state.process_index, own)]
     return list(enumerate(operations.gather_objects(own, accelerator.process_state)))
 
 
-def averaged(gradients: dict[str, torch.Tensor], accelerator: Accelerator) -> dict[str, torch.Tensor]:
+def averaged(gradients: dict[str, torch.Tensor], accelerator: CheckpointHost) -> dict[str, torch.Tensor]:
     """The processes' mean of gradients accumulated inside a window (without DDP's all-reduce yet).
 
     DDP averages the accumulated gradients at the window's last micro-batch, so resuming every
@@ -84,7 +84,7 @@ def warn_no_rng(rank: int, saved_processes: int) -> None:
     )
 
 
-def on_main(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
+def on_main(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
     """Run `action` on the main process only; its result on every process, or its error raised on every one."""
     state = accelerator.process_state
     if not state.distributed:
@@ -104,7 +104,7 @@ def on_main(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
     return outcome[1]  # type: ignore[no-any-return]
 
 
-def agree(accelerator: Accelerator, action: Callable[[], T], label: str) -> T:
+def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
     """Run `action` on every process; if it raised on any, raise on every one (naming the first that failed)."""
     state = accelerator.process_state
     if not state.distributed:

@@ -12,22 +12,22 @@ from accel.checkpointing.manifest import CONTENTS, Manifest
 from accel.kwargs_handlers import FP8RecipeKwargs
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 
-def contents_of(accelerator: Accelerator) -> dict[str, int]:
+def contents_of(accelerator: CheckpointHost) -> dict[str, int]:
     """How many objects of each kind the Accelerator would save (the manifest's `contents`)."""
     counts = (
-        len(accelerator._models),
-        len(accelerator._optimizers),
-        len(accelerator._schedulers),
-        len(accelerator._dataloaders),
-        len(accelerator._checkpointed_objects),
+        len(accelerator.prepared.models),
+        len(accelerator.prepared.optimizers),
+        len(accelerator.prepared.schedulers),
+        len(accelerator.prepared.dataloaders),
+        len(accelerator.prepared.registered),
     )
     return dict(zip(CONTENTS, counts))
 
 
-def fp8_setup(accelerator: Accelerator) -> dict[str, Any] | None:
+def fp8_setup(accelerator: CheckpointHost) -> dict[str, Any] | None:
     """{"backend", "recipe"} for a precision that runs an FP8 recipe, else None.
 
     The backend is the one that runs (an FP8 backend's `library`, where `auto` has been resolved),
@@ -42,7 +42,7 @@ def fp8_setup(accelerator: Accelerator) -> dict[str, Any] | None:
     return {"backend": str(getattr(precision, "library", None) or recipe.backend), "recipe": fields}
 
 
-def setup_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
+def setup_problems(accelerator: CheckpointHost, manifest: Manifest) -> list[str]:
     """Differences in precision, FP8 backend and recipe, processes, objects and accumulation."""
     problems = []
     if manifest.precision != accelerator.precision.name:
@@ -52,16 +52,16 @@ def setup_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
         )
     else:
         problems += _fp8_problems(manifest.fp8, fp8_setup(accelerator))
-    problems += _process_problems(manifest, accelerator.num_processes)
+    problems += _process_problems(manifest, accelerator.process_state.num_processes)
     for kind, count in contents_of(accelerator).items():
         saved = manifest.contents[kind]
         if saved != count:
             problems.append(f"it holds {_count(saved, kind)}, this Accelerator has {_count(count, kind)}")
     accumulation = manifest.gradient_accumulation
-    if accumulation["micro_batch"] and accumulation["steps"] != accelerator.gradient_accumulation_steps:
+    if accumulation["micro_batch"] and accumulation["steps"] != accelerator.gradient_state.num_steps:
         problems.append(
             f"it was saved inside a window of gradient_accumulation_steps={accumulation['steps']}, this Accelerator "
-            f"has {accelerator.gradient_accumulation_steps}"
+            f"has {accelerator.gradient_state.num_steps}"
         )
     return problems
 

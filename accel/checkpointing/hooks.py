@@ -13,42 +13,40 @@ identity, so it does not matter which end a hook pops from.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from accel.checkpointing import layout
+from accel.training.prepared import LoadHook, SaveHook
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
-SaveHook = Callable[[list[nn.Module], list[dict[str, torch.Tensor]], str], None]
-LoadHook = Callable[[list[nn.Module], str], None]
+__all__ = ["LoadHook", "SaveHook", "files_saved_by_hooks", "models_loaded_by_accel"]
 
 
 def files_saved_by_hooks(
-    accelerator: Accelerator, tensors: dict[str, dict[str, torch.Tensor]], folder: Path
+    accelerator: CheckpointHost, tensors: dict[str, dict[str, torch.Tensor]], folder: Path
 ) -> set[str]:
     """Run the save hooks; return the names of the weight (and gradient) files accel must not write."""
-    hooks = list(accelerator._save_state_pre_hooks.values())
+    hooks = list(accelerator.prepared.save_hooks.values())
     if not hooks:
         return set()
-    present = [i for i in range(len(accelerator._models)) if layout.model_file(i) in tensors]  # none when sharded
+    present = [i for i in range(len(accelerator.prepared.models)) if layout.model_file(i) in tensors]  # none when sharded
     weights = [tensors[layout.model_file(i)] for i in present]
     for hook in hooks:
-        hook(list(accelerator._models), weights, str(folder))
+        hook(list(accelerator.prepared.models), weights, str(folder))
     kept = {id(w) for w in weights}
     dropped = [i for i in present if id(tensors[layout.model_file(i)]) not in kept]
     return {name for i in dropped for name in (layout.model_file(i), layout.gradients_file(i))}
 
 
-def models_loaded_by_accel(accelerator: Accelerator, folder: Path) -> list[int]:
+def models_loaded_by_accel(accelerator: CheckpointHost, folder: Path) -> list[int]:
     """Run the load hooks; return the indices of the prepared models accel still restores."""
-    models: list[Any] = list(accelerator._models)
-    for hook in list(accelerator._load_state_pre_hooks.values()):
+    models: list[Any] = list(accelerator.prepared.models)
+    for hook in list(accelerator.prepared.load_hooks.values()):
         hook(models, str(folder))
     kept = {id(m) for m in models}
-    return [i for i, model in enumerate(accelerator._models) if id(model) in kept]
+    return [i for i, model in enumerate(accelerator.prepared.models) if id(model) in kept]

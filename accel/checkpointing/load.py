@@ -17,12 +17,12 @@ from accel.checkpointing.sharded_load import read_shards
 from accel.checkpointing.training_state import apply, stage
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 _ACCELERATE_FILES = ("random_states_0.pkl", "optimizer.bin", "scheduler.bin", "pytorch_model.bin")
 
 
-def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | None) -> Path:
+def load_state(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | None) -> Path:
     """Restore the checkpoint in `input_dir`, or the project's newest one; return its folder.
 
     With several processes, every process must call it: the main process picks the folder, every
@@ -31,7 +31,7 @@ def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | Non
     """
     folder = on_main(accelerator, lambda: _source(accelerator, input_dir), "load_state")
     label = f"load_state: checkpoint {str(folder)!r}"
-    verify = accelerator.is_local_main_process  # one check of the files per machine
+    verify = accelerator.process_state.is_local_main_process  # one check of the files per machine
     manifest = agree(accelerator, lambda: open_checkpoint(folder, label, verify=verify), "load_state")
     models = models_loaded_by_accel(accelerator, folder)
     staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label, models), "load_state")
@@ -39,7 +39,7 @@ def load_state(accelerator: Accelerator, input_dir: str | os.PathLike[str] | Non
     if staged.sharded:
         shards = agree(accelerator, lambda: read_shards(accelerator, folder, models, label), "load_state")
     apply(accelerator, staged, label, shards)
-    accelerator.save_iteration = max(accelerator.save_iteration, manifest.iteration + 1)
+    accelerator.project_configuration.iteration = max(accelerator.project_configuration.iteration, manifest.iteration + 1)
     return folder
 
 
@@ -64,7 +64,7 @@ def open_checkpoint(folder: Path, label: str, verify: bool = True) -> Manifest:
     return manifest
 
 
-def _source(accelerator: Accelerator, input_dir: str | os.PathLike[str] | None) -> Path:
+def _source(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | None) -> Path:
     """The folder to load: `input_dir`, else the newest automatic checkpoint that has a manifest."""
     if input_dir is not None:
         return check_folder("load_state(input_dir)", input_dir)

@@ -7,35 +7,32 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-from accel import fsdp
 from accel.checkpointing.safetensors_io import without_shared
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 _SHOWN = 8
 """How many names an error lists before saying how many more there are."""
 
 
-def model_weights(accelerator: Accelerator, model: nn.Module) -> dict[str, torch.Tensor]:
+def model_weights(accelerator: CheckpointHost, model: nn.Module) -> dict[str, torch.Tensor]:
     """The weights to save: `get_state_dict` (original names, high precision), ties written once."""
     return without_shared(accelerator.get_state_dict(model))
 
 
-def model_gradients(accelerator: Accelerator, model: nn.Module) -> dict[str, torch.Tensor]:
+def model_gradients(accelerator: CheckpointHost, model: nn.Module) -> dict[str, torch.Tensor]:
     """The gradients accumulated so far (saved when a checkpoint falls inside an accumulation window)."""
     target = accelerator.unwrap_model(model, keep_torch_compile=False)
     return {name: p.grad.detach() for name, p in target.named_parameters() if p.grad is not None}
 
 
-def weight_problems(accelerator: Accelerator, model: nn.Module, saved: dict[str, tuple[int, ...]]) -> list[str]:
+def weight_problems(accelerator: CheckpointHost, model: nn.Module, saved: dict[str, tuple[int, ...]]) -> list[str]:
     """What differs between the saved weights' names/shapes and the model's; empty when they fit."""
     target = accelerator.unwrap_model(model, keep_torch_compile=False)
-    if fsdp.is_sharded(target):  # full shapes without gathering (every process checks; none holds the weights)
-        expected = {name: tuple(t.shape) for name, t in get_model_state_dict(target).items()}
-    else:
+    expected = accelerator.strategy.weight_shapes(target)  # without gathering, where weights are sharded
+    if expected is None:
         expected = {name: tuple(t.shape) for name, t in model_weights(accelerator, model).items()}
     return shape_problems(expected, saved)
 
@@ -59,20 +56,17 @@ def shape_problems(expected: dict[str, tuple[int, ...]], saved: dict[str, tuple[
     return problems
 
 
-def load_weights(accelerator: Accelerator, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+def load_weights(accelerator: CheckpointHost, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
     """Copy saved weights into the prepared model (names were checked by `weight_problems`).
 
     Tied weights were saved once; loading one name fills every name that shares it. A sharded
     model gets the full weights on every process, and each keeps its shards of them.
     """
     target = accelerator.unwrap_model(model, keep_torch_compile=False)
-    if fsdp.is_sharded(target):
-        set_model_state_dict(target, weights, options=StateDictOptions(full_state_dict=True, strict=False))
-        return
-    target.load_state_dict(weights, strict=False)
+    accelerator.strategy.load_full_weights(target, weights)
 
 
-def load_gradients(accelerator: Accelerator, model: nn.Module, gradients: dict[str, torch.Tensor]) -> None:
+def load_gradients(accelerator: CheckpointHost, model: nn.Module, gradients: dict[str, torch.Tensor]) -> None:
     """Set each parameter's gradient to the saved one; parameters without a saved gradient get None."""
     target = accelerator.unwrap_model(model, keep_torch_compile=False)
     for name, parameter in target.named_parameters():

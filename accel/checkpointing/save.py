@@ -30,10 +30,10 @@ from accel.checkpointing.writer import (
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 
-def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> Path:
+def save_state(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None) -> Path:
     """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it.
 
     With several processes, every process must call it: all take part in gathering the state,
@@ -45,11 +45,11 @@ def save_state(accelerator: Accelerator, output_dir: str | os.PathLike[str] | No
         target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
     else:
         target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
-    accelerator.save_iteration = iteration + 1
+    accelerator.project_configuration.iteration = iteration + 1
     return target
 
 
-def _publish(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot) -> tuple[Path, int]:
+def _publish(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot) -> tuple[Path, int]:
     """Choose the folder, write the snapshot there atomically and rotate old checkpoints (main process)."""
     target, iteration, automatic = _target(accelerator, output_dir)
     _refuse_foreign_folder(target)
@@ -63,7 +63,7 @@ def _publish(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None
 
 
 def _publish_sharded(
-    accelerator: Accelerator, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot
+    accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot
 ) -> tuple[Path, int]:
     """As `_publish`, with every process writing its shards into the main process's hidden work
     folder before the main process adds the rest and renames it: a process that fails or dies
@@ -73,14 +73,14 @@ def _publish_sharded(
         agree(accelerator, lambda: write_shards(accelerator, temp), "save_state")
         on_main(accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic), "save_state")
     except BaseException:
-        if accelerator.is_main_process:
+        if accelerator.process_state.is_main_process:
             shutil.rmtree(temp, ignore_errors=True)
         raise
     return target, iteration
 
 
 def _finish(
-    accelerator: Accelerator, snapshot: Snapshot, iteration: int, temp: Path, target: Path, automatic: bool
+    accelerator: CheckpointHost, snapshot: Snapshot, iteration: int, temp: Path, target: Path, automatic: bool
 ) -> None:
     """Add the other files and the manifest to the work folder `temp`, rename it to `target` and
     rotate old automatic checkpoints (main process)."""
@@ -90,7 +90,7 @@ def _finish(
         _rotate(target.parent, accelerator.project_configuration.total_limit, keep=target)
 
 
-def _open(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool, Path]:
+def _open(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool, Path]:
     """(folder, iteration, whether automatic, the hidden work folder created beside it) (main process)."""
     target, iteration, automatic = _target(accelerator, output_dir)
     _refuse_foreign_folder(target)
@@ -99,10 +99,10 @@ def _open(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -
     return target, iteration, automatic, open_work_folder(target)
 
 
-def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:
+def _target(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None) -> tuple[Path, int, bool]:
     """(folder, iteration, whether it is an automatic checkpoint)."""
     if output_dir is not None:
-        return check_folder("save_state(output_dir)", output_dir), accelerator.save_iteration, False
+        return check_folder("save_state(output_dir)", output_dir), accelerator.project_configuration.iteration, False
     config = accelerator.project_configuration
     if config.checkpoints_dir is None or not config.automatic_checkpoint_naming:
         reason = "no project_dir" if config.checkpoints_dir is None else "automatic_checkpoint_naming=False"
@@ -111,7 +111,7 @@ def _target(accelerator: Accelerator, output_dir: str | os.PathLike[str] | None)
             "Pass a folder, save_state('path/to/checkpoint'), or create the Accelerator with "
             "project_dir='path/to/project' to write project_dir/checkpoints/checkpoint_<n> automatically."
         )
-    number = next_number(config.checkpoints_dir, accelerator.save_iteration)
+    number = next_number(config.checkpoints_dir, accelerator.project_configuration.iteration)
     return config.checkpoints_dir / numbered_name(number), number, True
 
 
@@ -139,7 +139,7 @@ def _is_checkpoint(folder: Path) -> bool:
         return False
 
 
-def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration: int) -> None:
+def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iteration: int) -> None:
     """Write every file into `folder`, the manifest (with sizes and checksums) last.
 
     Save pre-hooks run first; the weights of the models they saved themselves are not written.
@@ -157,7 +157,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: Accelerator, iteration
         iteration=iteration,
         precision=accelerator.precision.name,
         fp8=fp8_setup(accelerator),
-        num_processes=accelerator.num_processes,
+        num_processes=accelerator.process_state.num_processes,
         gradient_accumulation=snapshot.gradient_accumulation,
         contents=snapshot.contents,
         dataloaders=snapshot.dataloaders,

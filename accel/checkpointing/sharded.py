@@ -27,28 +27,20 @@ from accel.checkpointing.manifest import Manifest
 from accel.fsdp.checkpoint import quiet_single_process
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 _GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)
 """FULL_STATE_DICT: the whole state on the main process's CPU (the others get an empty dict)."""
 
 
-def fsdp_record(accelerator: Accelerator) -> dict[str, Any] | None:
-    """The manifest's `fsdp` field: the plugin's settings that shape the checkpoint; None without FSDP."""
-    plugin = accelerator.fsdp_plugin
-    if plugin is None:
-        return None
-    return {
-        "state_dict_type": plugin.state_dict_type,
-        "fsdp_version": plugin.fsdp_version,
-        "reshard_after_forward": plugin.reshard_after_forward,
-        "cpu_offload": bool(plugin.cpu_offload),
-    }
+def fsdp_record(accelerator: CheckpointHost) -> dict[str, Any] | None:
+    """The manifest's `fsdp` field: the settings that shape the checkpoint; None without FSDP."""
+    return accelerator.strategy.checkpoint_record()
 
 
-def saves_shards(accelerator: Accelerator) -> bool:
+def saves_shards(accelerator: CheckpointHost) -> bool:
     """True when save_state writes each process's shards (FSDP with SHARDED_STATE_DICT)."""
-    return accelerator.fsdp_plugin is not None and accelerator.fsdp_plugin.sharded_state_dict
+    return accelerator.strategy.sharded_checkpoints
 
 
 def is_sharded_checkpoint(manifest: Manifest) -> bool:
@@ -56,11 +48,11 @@ def is_sharded_checkpoint(manifest: Manifest) -> bool:
     return manifest.fsdp is not None and manifest.fsdp["state_dict_type"] == "SHARDED_STATE_DICT"
 
 
-def refuse_inside_window(accelerator: Accelerator) -> None:
+def refuse_inside_window(accelerator: CheckpointHost) -> None:
     """Under FSDP the gradients of a window are unsharded partial sums that no process holds whole:
     refuse to save them rather than write a checkpoint that cannot continue the window exactly."""
     state = accelerator.gradient_state
-    if accelerator.fsdp_plugin is not None and state.step != 0:
+    if accelerator.strategy.shards_parameters and state.step != 0:
         raise ValueError(
             f"save_state with fsdp_plugin was called inside a gradient accumulation window (micro-batch "
             f"{state.step} of {state.num_steps}), where FSDP's accumulated gradients are not sharded yet and cannot "
@@ -68,15 +60,15 @@ def refuse_inside_window(accelerator: Accelerator) -> None:
         )
 
 
-def _target(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+def _target(accelerator: CheckpointHost, model: nn.Module) -> nn.Module:
     return accelerator.unwrap_model(model, keep_torch_compile=False)
 
 
-def owner(accelerator: Accelerator, index: int) -> nn.Module:
+def owner(accelerator: CheckpointHost, index: int) -> nn.Module:
     """The (unwrapped) prepared model holding every parameter of prepared optimizer `index`."""
-    raw = accelerator._optimizers[index].optimizer
+    raw = accelerator.prepared.optimizers[index].optimizer
     wanted = {id(p) for group in raw.param_groups for p in group["params"]}
-    for model in accelerator._models:
+    for model in accelerator.prepared.models:
         target = _target(accelerator, model)
         if wanted <= {id(p) for p in target.parameters()}:
             return target
@@ -87,11 +79,11 @@ def owner(accelerator: Accelerator, index: int) -> nn.Module:
     )
 
 
-def optimizer_state(accelerator: Accelerator, index: int) -> dict[str, Any]:
+def optimizer_state(accelerator: CheckpointHost, index: int) -> dict[str, Any]:
     """Optimizer `index`'s state for optimizer.pt: keyed by parameter name and gathered on the main
     process under FSDP (every process must call it), its own state_dict() otherwise."""
-    wrapped = accelerator._optimizers[index]
-    if accelerator.fsdp_plugin is None:
+    wrapped = accelerator.prepared.optimizers[index]
+    if not accelerator.strategy.shards_parameters:
         return wrapped.state_dict()
     return by_name_state(owner(accelerator, index), wrapped.optimizer, _GATHERED)
 
@@ -108,12 +100,12 @@ def by_name_state(model: nn.Module, optimizer: torch.optim.Optimizer, options: S
     return state
 
 
-def write_shards(accelerator: Accelerator, folder: Path) -> None:
+def write_shards(accelerator: CheckpointHost, folder: Path) -> None:
     """Every process writes its shards of every prepared model and optimizer into `folder/shards`."""
     state: dict[str, Any] = {
-        layout.model_key(i): get_model_state_dict(_target(accelerator, m)) for i, m in enumerate(accelerator._models)
+        layout.model_key(i): get_model_state_dict(_target(accelerator, m)) for i, m in enumerate(accelerator.prepared.models)
     }
-    for index, wrapped in enumerate(accelerator._optimizers):
+    for index, wrapped in enumerate(accelerator.prepared.optimizers):
         state[layout.optimizer_key(index)] = by_name_state(owner(accelerator, index), wrapped.optimizer)
     writer = dcp.FileSystemWriter(folder / layout.SHARDS_DIR)
     with quiet_single_process():

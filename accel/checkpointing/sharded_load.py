@@ -36,21 +36,21 @@ from accel.fsdp.checkpoint import quiet_single_process
 from accel.fsdp.safe_reading import SafeLoadPlanner, SafeReader, read_metadata
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 METADATA = f"{layout.SHARDS_DIR}/.metadata"
 _FULL = StateDictOptions(full_state_dict=True, strict=False)
 """Full (unsharded) dicts that every process holds whole; tied weights are saved once, hence not strict."""
 
 
-def _target(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+def _target(accelerator: CheckpointHost, model: nn.Module) -> nn.Module:
     return accelerator.unwrap_model(model, keep_torch_compile=False)
 
 
-def fsdp_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
+def fsdp_problems(accelerator: CheckpointHost, manifest: Manifest) -> list[str]:
     """A checkpoint saved inside an accumulation window holds whole gradients, which a sharded run
     cannot take back (FSDP's partial sums are its own): refuse it, saying what to load instead."""
-    if accelerator.fsdp_plugin is None or manifest.gradient_accumulation["micro_batch"] == 0:
+    if not accelerator.strategy.shards_parameters or manifest.gradient_accumulation["micro_batch"] == 0:
         return []
     return [
         "it was saved inside a gradient accumulation window, with the gradients accumulated so far, and a run with "
@@ -59,7 +59,7 @@ def fsdp_problems(accelerator: Accelerator, manifest: Manifest) -> list[str]:
     ]
 
 
-def shape_problems(accelerator: Accelerator, folder: Path, models: list[int], label: str) -> list[str]:
+def shape_problems(accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> list[str]:
     """What differs between the models' weights and the sharded checkpoint's (names, full shapes),
     read from its index alone: nothing is loaded yet."""
     try:
@@ -74,7 +74,7 @@ def shape_problems(accelerator: Accelerator, folder: Path, models: list[int], la
             for name, entry in entries.items()
             if name.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
         }
-        model = _target(accelerator, accelerator._models[index])
+        model = _target(accelerator, accelerator.prepared.models[index])
         live = {name: tuple(t.shape) for name, t in get_model_state_dict(model).items()}
         problems += [f"model {index}: {problem}" for problem in differences(live, saved)]
     if problems:
@@ -83,16 +83,16 @@ def shape_problems(accelerator: Accelerator, folder: Path, models: list[int], la
     return problems
 
 
-def read_shards(accelerator: Accelerator, folder: Path, models: list[int], label: str) -> dict[str, Any]:
+def read_shards(accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> dict[str, Any]:
     """This process's part of the sharded checkpoint, in new tensors laid out as its models (`models`,
     by index) and optimizers are now; raises CheckpointError, having changed nothing, when it differs."""
     saved = read_metadata(folder / layout.SHARDS_DIR).state_dict_metadata
     state: dict[str, Any] = {}
     for index in models:
-        live = get_model_state_dict(_target(accelerator, accelerator._models[index]))
+        live = get_model_state_dict(_target(accelerator, accelerator.prepared.models[index]))
         state[layout.model_key(index)] = map_tensors(torch.empty_like, live)
     names = {}
-    for index, wrapped in enumerate(accelerator._optimizers):
+    for index, wrapped in enumerate(accelerator.prepared.optimizers):
         live_state = _live_optimizer_state(owner(accelerator, index), wrapped.optimizer)
         names[index] = [list(group["params"]) for group in live_state["param_groups"]]
         if not any(key.startswith(f"{layout.optimizer_key(index)}.state.") for key in saved):
@@ -125,19 +125,19 @@ def _live_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) ->
     return state
 
 
-def apply_shards(accelerator: Accelerator, state: dict[str, Any], models: list[int]) -> None:
+def apply_shards(accelerator: CheckpointHost, state: dict[str, Any], models: list[int]) -> None:
     """Put what `read_shards` read into the models and optimizers."""
     for index in models:
-        set_model_state_dict(_target(accelerator, accelerator._models[index]), state[layout.model_key(index)])
-    for index, wrapped in enumerate(accelerator._optimizers):
+        set_model_state_dict(_target(accelerator, accelerator.prepared.models[index]), state[layout.model_key(index)])
+    for index, wrapped in enumerate(accelerator.prepared.optimizers):
         set_optimizer_state_dict(owner(accelerator, index), wrapped.optimizer, state[layout.optimizer_key(index)])
 
 
-def load_optimizer(accelerator: Accelerator, index: int, state: dict[str, Any], by_name: bool) -> None:
+def load_optimizer(accelerator: CheckpointHost, index: int, state: dict[str, Any], by_name: bool) -> None:
     """A saved optimizer.pt into prepared optimizer `index`: keyed by name (saved under FSDP) or by
     position (saved without), into an optimizer of a sharded or a plain model."""
-    wrapped = accelerator._optimizers[index]
-    if not by_name and accelerator.fsdp_plugin is None:
+    wrapped = accelerator.prepared.optimizers[index]
+    if not by_name and not accelerator.strategy.shards_parameters:
         wrapped.load_state_dict(state)
         return
     model = owner(accelerator, index)

@@ -45,7 +45,7 @@ from accel.checkpointing.sharded_load import (
 )
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.checkpointing.host import CheckpointHost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Snapshot:
     dataloaders: list[dict[str, int]]
 
 
-def collect(accelerator: Accelerator) -> Snapshot:
+def collect(accelerator: CheckpointHost) -> Snapshot:
     """Gather the state to save; raises TypeError naming any part that cannot be stored safely.
 
     With several processes every process takes part (gradients and per-process state are
@@ -72,7 +72,7 @@ def collect(accelerator: Accelerator) -> Snapshot:
     inside_window = gradient_state.step != 0
     sharded = saves_shards(accelerator)  # then the models and optimizers go to shards/, each process its own
     tensors: dict[str, dict[str, torch.Tensor]] = {}
-    for index, model in enumerate(accelerator._models):
+    for index, model in enumerate(accelerator.prepared.models):
         if not sharded:
             tensors[layout.model_file(index)] = model_weights(accelerator, model)
         if inside_window:
@@ -94,14 +94,14 @@ def collect(accelerator: Accelerator) -> Snapshot:
     )
 
 
-def _described_objects(accelerator: Accelerator, sharded: bool) -> dict[str, tuple[Any, str]]:
+def _described_objects(accelerator: CheckpointHost, sharded: bool) -> dict[str, tuple[Any, str]]:
     """File name -> (value, what it is, for errors) of everything saved with torch.save."""
     found: dict[str, tuple[Any, str]] = {}
-    for index in range(0 if sharded else len(accelerator._optimizers)):
+    for index in range(0 if sharded else len(accelerator.prepared.optimizers)):
         found[layout.optimizer_file(index)] = (optimizer_state(accelerator, index), f"optimizer {index}'s state_dict()")
-    for index, scheduler in enumerate(accelerator._schedulers):
+    for index, scheduler in enumerate(accelerator.prepared.schedulers):
         found[layout.scheduler_file(index)] = (scheduler.state_dict(), f"scheduler {index}'s state_dict()")
-    for index, obj in enumerate(accelerator._checkpointed_objects):
+    for index, obj in enumerate(accelerator.prepared.registered):
         what = f"the state_dict() of registered object {index} ({type(obj).__name__})"
         found[layout.custom_file(index)] = (obj.state_dict(), what)
     found[layout.PRECISION_FILE] = (accelerator.precision.state_dict(), "the precision's state_dict()")
@@ -126,7 +126,7 @@ class Staged:
         return is_sharded_checkpoint(self.manifest)
 
 
-def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str, models: list[int]) -> Staged:
+def stage(accelerator: CheckpointHost, folder: Path, manifest: Manifest, label: str, models: list[int]) -> Staged:
     """Read every file this process needs (for the prepared models `models`, by index) and check
     it fits; raise CheckpointError listing all differences, having changed nothing. The shards of
     a sharded checkpoint are checked here by their index, and read afterwards by `read_shards`."""
@@ -137,8 +137,8 @@ def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str
     _raise_if(label, check_weights(accelerator, folder, models, label))
     objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator, manifest)}
     problems = []
-    for index in range(0 if sharded else len(accelerator._optimizers)):
-        problems += optimizer_problems(index, accelerator._optimizers[index], objects[layout.optimizer_file(index)])
+    for index in range(0 if sharded else len(accelerator.prepared.optimizers)):
+        problems += optimizer_problems(index, accelerator.prepared.optimizers[index], objects[layout.optimizer_file(index)])
     _raise_if(label, problems)
     weights = [{} if sharded else load_tensors(folder / layout.model_file(i), label) for i in models]
     inside_window = manifest.gradient_accumulation["micro_batch"] != 0
@@ -146,24 +146,24 @@ def stage(accelerator: Accelerator, folder: Path, manifest: Manifest, label: str
     return Staged(models=models, weights=weights, gradients=gradients, objects=objects, manifest=manifest)
 
 
-def _weight_problems(accelerator: Accelerator, folder: Path, models: list[int], label: str) -> list[str]:
+def _weight_problems(accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> list[str]:
     problems = []
     for index in models:
         shapes = tensor_shapes(folder / layout.model_file(index), label)
-        problems += [f"model {index}: {p}" for p in weight_problems(accelerator, accelerator._models[index], shapes)]
+        problems += [f"model {index}: {p}" for p in weight_problems(accelerator, accelerator.prepared.models[index], shapes)]
     return problems
 
 
-def apply(accelerator: Accelerator, staged: Staged, label: str, shards: dict[str, Any] | None = None) -> None:
+def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[str, Any] | None = None) -> None:
     """Restore a staged checkpoint into the Accelerator and its prepared objects (with a sharded
     checkpoint's models and optimizers as `read_shards` read them)."""
     objects = staged.objects
-    rank = accelerator.process_index
+    rank = accelerator.process_state.process_index
     rng_file, loaders_file = own_files(rank, staged.manifest.num_processes)
-    for index, loader in enumerate(accelerator._dataloaders):
+    for index, loader in enumerate(accelerator.prepared.dataloaders):
         with _restoring(label, f"dataloader {index}", loaders_file):
             loader.load_state_dict(objects[loaders_file][index])
-    for index, obj in enumerate(accelerator._checkpointed_objects):
+    for index, obj in enumerate(accelerator.prepared.registered):
         with _restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])
     if shards is not None:
@@ -171,7 +171,7 @@ def apply(accelerator: Accelerator, staged: Staged, label: str, shards: dict[str
             apply_shards(accelerator, shards, staged.models)
     else:
         _apply_files(accelerator, staged, label)
-    for index, scheduler in enumerate(accelerator._schedulers):
+    for index, scheduler in enumerate(accelerator.prepared.schedulers):
         with _restoring(label, f"scheduler {index}", layout.scheduler_file(index)):
             scheduler.load_state_dict(objects[layout.scheduler_file(index)])
     with _restoring(label, f"the precision ({accelerator.precision.name})", layout.PRECISION_FILE):
@@ -186,34 +186,34 @@ def apply(accelerator: Accelerator, staged: Staged, label: str, shards: dict[str
         restore_rng(objects[rng_file])
 
 
-def _apply_files(accelerator: Accelerator, staged: Staged, label: str) -> None:
+def _apply_files(accelerator: CheckpointHost, staged: Staged, label: str) -> None:
     """The models and optimizers from model*.safetensors and optimizer*.pt."""
     by_name = staged.manifest.fsdp is not None  # optimizer states saved under FSDP are keyed by parameter name
     for position, index in enumerate(staged.models):
-        model = accelerator._models[index]
+        model = accelerator.prepared.models[index]
         with _restoring(label, f"model {index}", layout.model_file(index)):
             load_weights(accelerator, model, staged.weights[position])
             load_gradients(accelerator, model, staged.gradients[position])
-    for index in range(len(accelerator._optimizers)):
+    for index in range(len(accelerator.prepared.optimizers)):
         with _restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
             load_optimizer(accelerator, index, staged.objects[layout.optimizer_file(index)], by_name)
 
 
-def _object_files(accelerator: Accelerator, manifest: Manifest) -> list[str]:
+def _object_files(accelerator: CheckpointHost, manifest: Manifest) -> list[str]:
     """The torch.save files this process reads: the shared ones and its own (see processes.own_files)."""
-    rng_file, loaders_file = own_files(accelerator.process_index, manifest.num_processes)
-    optimizers = 0 if is_sharded_checkpoint(manifest) else len(accelerator._optimizers)
+    rng_file, loaders_file = own_files(accelerator.process_state.process_index, manifest.num_processes)
+    optimizers = 0 if is_sharded_checkpoint(manifest) else len(accelerator.prepared.optimizers)
     return [
         *(layout.optimizer_file(i) for i in range(optimizers)),
-        *(layout.scheduler_file(i) for i in range(len(accelerator._schedulers))),
-        *(layout.custom_file(i) for i in range(len(accelerator._checkpointed_objects))),
+        *(layout.scheduler_file(i) for i in range(len(accelerator.prepared.schedulers))),
+        *(layout.custom_file(i) for i in range(len(accelerator.prepared.registered))),
         layout.PRECISION_FILE,
         *([rng_file] if rng_file is not None else []),
         loaders_file,
     ]
 
 
-def _missing_files(accelerator: Accelerator, manifest: Manifest, models: list[int]) -> list[str]:
+def _missing_files(accelerator: CheckpointHost, manifest: Manifest, models: list[int]) -> list[str]:
     weights = [METADATA] if is_sharded_checkpoint(manifest) else [layout.model_file(i) for i in models]
     needed = [*weights, *_object_files(accelerator, manifest)]
     if manifest.gradient_accumulation["micro_batch"]:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any, Self
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from accel._tree import map_tensors
 from accel.data.configuration import DataLoaderConfiguration
@@ -40,7 +40,7 @@ from accel.data.position import (
     length,
 )
 from accel.training.gradient_state import GradientState
-from accel.data.iterable_sharding import IterableSharding, TaggedBatch
+from accel.data.iterable_sharding import IterableSharding, TaggedBatch, shard_iterable_loader
 from accel.distributed.operations import Keep
 from accel.data.sharding import shard_loader
 from accel.data.skipping import SkippedEpochStart, skipping_loader
@@ -110,7 +110,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         check_dataloader_config(config)
         state = state or ProcessState(device=device)
         seeded, self._seeded = seed_loader(loader, config)
-        self.loader, self._sharding = shard_loader(seeded, state, config)
+        iterable = state.distributed and isinstance(seeded.dataset, IterableDataset)
+        self.loader, self._sharding = (shard_iterable_loader if iterable else shard_loader)(seeded, state, config)
         self.config = config
         self.ending = False
         """True while the epoch's last batch is in use (gather_for_metrics then drops padding)."""

@@ -38,7 +38,6 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
-    IterableDataset,
     RandomSampler,
     Sampler,
     SequentialSampler,
@@ -261,14 +260,14 @@ class KeptDistributedSampler(Sharding):
 
 def shard_loader(loader: DataLoader[Any], state: ProcessState,
                  config: DataLoaderConfiguration | None = None) -> tuple[DataLoader[Any], Sharding]:
-    """The loader each process iterates, and how it is split; in one process, `loader` itself."""
+    """The loader each process iterates, and how it is split; in one process, `loader` itself.
+
+    For a map-style dataset; an IterableDataset's loader is split by
+    accel.data.iterable_sharding.shard_iterable_loader (accel.data.loader picks).
+    """
     config = config or DataLoaderConfiguration()
     if not state.distributed:
         return loader, Sharding()
-    if isinstance(loader.dataset, IterableDataset):
-        from accel.data.iterable_sharding import shard_iterable_loader
-
-        return shard_iterable_loader(loader, state, config)
     if isinstance(loader.sampler, DistributedSampler):
         _check_own_sampler(config)
         return loader, KeptDistributedSampler(loader.sampler, loader.batch_size or 1, state)

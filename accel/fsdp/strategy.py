@@ -1,48 +1,108 @@
-"""How the Accelerator shards a prepared model with FSDP2 (accel.fsdp) instead of wrapping it in DDP,
-and keeps optimizers built before sharding pointed at the sharded parameters."""
+"""FSDPStrategy: prepared models sharded with FSDP2 (accel.fsdp) instead of wrapped in DDP.
+
+Each process holds shards of every parameter, gradient and optimizer state. Optimizers built
+before sharding are pointed at the sharded parameters (by name, taken before the precision's
+conversion); the gradients of a micro-batch that accumulates are not reduce-scattered; the norm
+for clipping and the full weights are gathered over all shards; checkpoints store each process's
+shards (SHARDED_STATE_DICT) or the gathered whole (FULL_STATE_DICT), and optimizer states by name.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-from accel import fsdp
-from accel.training import model as model_utils
+from accel.backends.base import PrecisionBackend
+from accel.distributed.process_state import ProcessState
+from accel.fsdp.optimizer import parameter_names, retarget_optimizer
+from accel.fsdp.plugin import FullyShardedDataParallelPlugin
+from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, is_sharded, no_sync
+from accel.fsdp.wrap import shard_model
+from accel.kwargs_handlers import Handlers
+from accel.training.model import unwrap_model
+from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
-    from accel.accelerator.accelerator import Accelerator
+    from accel.training.optimizer import AcceleratedOptimizer
 
 
-def parameter_names(accelerator: Accelerator, model: nn.Module) -> dict[int, str]:
-    """id(parameter) -> name for the model about to be prepared (empty without FSDP).
+class FSDPStrategy(ParallelStrategy):
+    """Fully sharded data parallelism (FSDP2) with the options of `plugin`."""
 
-    Taken before the precision converts the model: a backend may replace Parameters (torchao's FP8
-    all-gather wraps each weight in a new one), and an optimizer built before prepare still holds
-    the originals; `shard` points it at the sharded parameters of the same names.
-    """
-    if accelerator.fsdp_plugin is None:
-        return {}
-    return fsdp.parameter_names(model_utils.unwrap_model(model))
+    name: ClassVar[str] = "fsdp"
+    shards_parameters: ClassVar[bool] = True
 
+    def __init__(
+        self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, plugin: FullyShardedDataParallelPlugin
+    ) -> None:
+        super().__init__(process_state, precision, handlers)
+        self.plugin = plugin
+        self.names: dict[int, str] = {}
+        """id(parameter) -> name of every parameter sharded so far, before and after conversion."""
 
-def shard(accelerator: Accelerator, model: nn.Module, names: dict[int, str]) -> nn.Module:
-    """`model` sharded with the Accelerator's plugin; optimizers prepared earlier follow its new parameters
-    (found by `names`, taken before conversion, and by the names of the converted model)."""
-    names = {**names, **fsdp.parameter_names(model)}
-    assert accelerator.fsdp_plugin is not None
-    precision = accelerator.precision.fsdp_precision
-    model = fsdp.shard_model(model, accelerator.fsdp_plugin, precision, accelerator.device, accelerator.process_state)
-    accelerator._fsdp_names.update(names)
-    for wrapped in accelerator._optimizers:
-        fsdp.retarget_optimizer(wrapped.optimizer, names, model)
-    return model
+    @property
+    def sharded_checkpoints(self) -> bool:
+        return self.plugin.sharded_state_dict
 
+    def checkpoint_record(self) -> dict[str, Any]:
+        """The plugin's settings that shape the checkpoint (the manifest's `fsdp` field)."""
+        return {
+            "state_dict_type": self.plugin.state_dict_type,
+            "fsdp_version": self.plugin.fsdp_version,
+            "reshard_after_forward": self.plugin.reshard_after_forward,
+            "cpu_offload": bool(self.plugin.cpu_offload),
+        }
 
-def retarget(accelerator: Accelerator, optimizer: torch.optim.Optimizer) -> None:
-    """Point an optimizer built before its model was sharded at the sharded parameters (no-op without FSDP)."""
-    if accelerator.fsdp_plugin is None:
-        return
-    for model in accelerator._models:
-        fsdp.retarget_optimizer(optimizer, accelerator._fsdp_names, model)
+    def parameter_names(self, model: nn.Module) -> dict[int, str]:
+        """Taken before the precision converts the model: a backend may replace Parameters (torchao's FP8
+        all-gather wraps each weight in a new one), and an optimizer built before prepare still holds
+        the originals; `wrap_model` points it at the sharded parameters of the same names."""
+        return parameter_names(unwrap_model(model))
+
+    def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
+        """`model` sharded with the plugin; `optimizers` prepared earlier follow its new parameters
+        (found by `names`, taken before conversion, and by the names of the converted model)."""
+        names = {**names, **parameter_names(model)}
+        precision = self.precision.fsdp_precision
+        model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state)
+        self.names.update(names)
+        for wrapped in optimizers:
+            retarget_optimizer(wrapped.optimizer, names, model)
+        return model
+
+    def retarget_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[nn.Module]) -> None:
+        """Point an optimizer built before its model was sharded at the sharded parameters."""
+        for model in models:
+            retarget_optimizer(optimizer, self.names, model)
+
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
+        """Skip the gradient reduce-scatter inside the block (FSDP2's set_requires_gradient_sync)."""
+        return no_sync(model) if is_sharded(model) else super().no_sync(model)
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """The total norm over all shards of all processes (every process must call it)."""
+        return clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Every process must call it (the shards are all-gathered); the main one gets the full tensors."""
+        return full_state_dict(model) if is_sharded(model) else super().full_state_dict(model)
+
+    def weight_shapes(self, model: nn.Module) -> dict[str, tuple[int, ...]] | None:
+        """Full shapes without gathering (every process checks; none holds the weights)."""
+        if not is_sharded(model):
+            return None
+        return {name: tuple(t.shape) for name, t in get_model_state_dict(model).items()}
+
+    def load_full_weights(self, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+        """Every process gets the full weights and keeps its shards of them."""
+        if not is_sharded(model):
+            super().load_full_weights(model, weights)
+            return
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))

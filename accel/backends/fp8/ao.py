@@ -31,7 +31,7 @@ from accel.backends.fp8.ao_recipe import (
 from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import plan_conversion
-from accel.backends.fp8.choice import FP8Backend, register_fp8_backend
+from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import check_fixed_fields, library_version, module_present, too_old_reason
 from accel.kwargs_handlers import Handlers

@@ -1,4 +1,4 @@
-"""mixed_precision='fp8': the FP8 backends' base class and the choice between them.
+"""mixed_precision='fp8': which FP8 backend runs (the backends themselves subclass base.FP8Backend).
 
 `FP8RecipeKwargs(backend=...)` names one backend; `auto` takes the first that can run here,
 in the order te, ao, msamp, native on a CUDA GPU with FP8, else native. A backend that cannot
@@ -9,193 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from collections.abc import Mapping
 
 import torch
-from torch import nn
 
-from accel.backends.base import PrecisionBackend
 from accel.backends.capability import cuda_fp8_reason
-from accel.backends.conversion import ConversionReport
-from accel.backends.fp8.base_precision import create_base, loss_scaler_of
-from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers
+from accel.backends.fp8.base import FP8_BACKENDS, FP8Backend
+from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
 
 logger = logging.getLogger("accel")
 
 AUTO_ORDER = ("te", "ao", "msamp", "native")
 """The order `backend='auto'` tries on a CUDA GPU with FP8."""
-
-FSDP_BASE_NAMES = {"fp32": "no"}
-"""FP8RecipeKwargs.base_precision -> the precision name accel.fsdp.precision knows it by (others are the same)."""
-
-
-class FP8Backend(PrecisionBackend):
-    """Base of the FP8 backends: the recipe, its checks, the conversion report and statistics."""
-
-    name = "fp8"
-    compute_dtype = torch.float8_e4m3fn
-    handler_types = (FP8RecipeKwargs,)
-    library: ClassVar[str] = ""
-    """The backend's name in FP8RecipeKwargs(backend=...)."""
-    scalings: ClassVar[tuple[str, ...]] = ()
-    """The `scaling` values this backend runs; the first is its default."""
-    honoured_fields: ClassVar[frozenset[str]] = frozenset()
-    """Recipe fields this backend honours when the user sets them (besides backend, scaling and
-    base_precision, which every backend honours)."""
-    refusals: ClassVar[dict[str, str]] = {}
-    """Why this backend cannot honour a field, for fields whose refusal needs its reason (field -> reason)."""
-
-    def __init__(self, device: torch.device, handlers: Handlers) -> None:
-        super().__init__(device, handlers)
-        self.recipe = handlers.get(FP8RecipeKwargs)
-        self.scaling = self.recipe.scaling or self.scalings[0]
-        self._check_recipe()
-        self.base = create_base(self.recipe.base_precision, device, handlers)
-        """The precision of everything outside the FP8 GEMMs (fp8_base.py)."""
-        self.loss_scaler = loss_scaler_of(self.base)
-        self.param_dtype = self.base.param_dtype  # type: ignore[misc]
-        self.orphan_optimizer_is_error = self.base.orphan_optimizer_is_error  # type: ignore[misc]
-        if self.loss_scaler is not None and GradScalerKwargs not in self.handler_types:
-            self.handler_types = (*self.handler_types, GradScalerKwargs)  # type: ignore[misc]
-        self.conversion_report: ConversionReport | None = None
-        self.selection = f"FP8 backend {self.library!r}: asked for by name"
-        """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
-        self.fsdp_mode = ""
-        """Under FSDP2 (configure_fsdp): how the FP8 layers run sharded, for describe() and the conversion report."""
-
-    def describe(self) -> str:
-        level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
-        level = self._describe_level(level)
-        params = ", fp8_params" if self.recipe.fp8_params else ""
-        sharded = f", FSDP2: {self.fsdp_mode}" if self.fsdp_mode else ""
-        base = f"base {self.recipe.base_precision}"
-        return f"fp8 ({self.library}, {self.scaling} scaling{level}, {base}{params}{sharded}{self._describe_kernels()})"
-
-    def _describe_level(self, level: str) -> str:
-        """The optimization level's part of describe(); a backend whose storage differs under FSDP says so."""
-        return level
-
-    def _describe_kernels(self) -> str:
-        """describe()'s note on kernels that run slower than usual here; default: none."""
-        return ""
-
-    @property
-    def fsdp_precision(self) -> str:
-        """The base precision's name: FSDP2 gathers and reduces as that precision says (accel.fsdp.precision)."""
-        return FSDP_BASE_NAMES.get(self.recipe.base_precision, self.recipe.base_precision)
-
-    def configure_fsdp(self) -> None:
-        """Default for an FP8 backend: refused, as its layers and state are not known to shard."""
-        raise ValueError(
-            f"mixed_precision='fp8' with FP8RecipeKwargs(backend={self.library!r}) cannot run under FSDP "
-            "(fsdp_plugin / distributed_type: FSDP): accel does not shard this backend's FP8 layers and state. "
-            "Use backend='ao' or 'native' under FSDP, or this backend under DDP (leave out the fsdp_plugin)."
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(name='fp8', backend={self.library!r}, base_precision="
-            f"{self.recipe.base_precision!r}, param_dtype={self.param_dtype})"
-        )
-
-    @classmethod
-    def availability(cls, device: torch.device) -> str | None:
-        """Why this backend cannot run on `device`, or None when it can."""
-        return None
-
-    def _check_recipe(self) -> None:
-        """Raise for a recipe field set explicitly that this backend cannot honour."""
-        if self.scaling not in self.scalings:
-            raise ValueError(
-                f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on the {self.library!r} FP8 backend; "
-                f"it runs scaling {', '.join(map(repr, self.scalings))}."
-            )
-        for field, reason in self.refusals.items():
-            if field in self.recipe.explicit_fields and getattr(self.recipe, field) != getattr(FP8RecipeKwargs(), field):
-                raise ValueError(
-                    f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on the {self.library!r} FP8 "
-                    f"backend: {reason}"
-                )
-        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - {"backend", "scaling", "base_precision"})
-        if unhonoured:
-            raise ValueError(
-                f"FP8RecipeKwargs sets {', '.join(unhonoured)}, which the {self.library!r} FP8 backend cannot honour "
-                f"(it honours {', '.join(sorted(self.honoured_fields))}). Remove "
-                f"{'it' if len(unhonoured) == 1 else 'them'}, or choose a backend that honours "
-                f"{'it' if len(unhonoured) == 1 else 'them'} (docs/fp8-backends.md)."
-            )
-
-    # ------------------------------------------------------------------ the base precision
-    def convert_base(self, module: nn.Module) -> nn.Module:
-        """`module` as the base precision keeps it (cast to 16 bits for a true base), before FP8 conversion."""
-        return self.base.convert_module(module)
-
-    def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
-        return self.base.autocast(handler)
-
-    def init_context(self) -> AbstractContextManager[Any]:
-        return self.base.init_context()
-
-    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self.base.check_optimizer(optimizer)
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        self.base.backward(loss, **kwargs)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        self.base.unscale_(optimizer)
-
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        return self.base.optimizer_step(optimizer, closure)
-
-    def stats(self) -> dict[str, float]:
-        return self.base.stats()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.base_state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_base_state_dict(state)
-        super().load_state_dict({k: v for k, v in state.items() if k != "loss_scaler"})
-
-    def base_state_dict(self) -> dict[str, Any]:
-        """The base precision's state: the loss scaler's under "loss_scaler" (fp16), else nothing."""
-        return {} if self.loss_scaler is None else {"loss_scaler": self.loss_scaler.state_dict()}
-
-    def load_base_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore `base_state_dict()` out of a backend's state (a checkpoint without it keeps the fresh scaler)."""
-        if self.loss_scaler is not None and "loss_scaler" in state:
-            self.loss_scaler.load_state_dict(state["loss_scaler"])
-
-    # ------------------------------------------------------------------ FP8
-    def fp8_stats(self) -> dict[str, dict[str, float]]:
-        """Per layer: amax, scale and over/underflow counts of the last step. Default: none."""
-        return {}
-
-    def _record_conversion(self, report: ConversionReport) -> None:
-        """Keep the report, log its summary once, and refuse a model with nothing to convert."""
-        if not report.num_fp8:
-            raise ValueError(
-                "mixed_precision='fp8' found no linear layer (nn.Linear, or transformers' Conv1D on backend='native') it can run in FP8, so nothing would run in FP8.\n"
-                + report.details()
-            )
-        if self.fsdp_mode:
-            report = dataclasses.replace(report, sharding=self.fsdp_mode)
-        self.conversion_report = report
-        logger.info(report.summary())
-
-
-FP8_BACKENDS: dict[str, type[FP8Backend]] = {}
-"""FP8 backend name -> class; each backend module registers itself with `register_fp8_backend`."""
-
-
-def register_fp8_backend(cls: type[FP8Backend]) -> type[FP8Backend]:
-    """Class decorator: make `cls` selectable as FP8RecipeKwargs(backend=cls.library)."""
-    FP8_BACKENDS[cls.library] = cls
-    return cls
-
 
 def create_fp8_backend(device: torch.device, handlers: Handlers) -> FP8Backend:
     """Build the FP8 backend the recipe asks for, or raise saying why it cannot run here."""

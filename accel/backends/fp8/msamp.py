@@ -22,7 +22,7 @@ from accel._warnings import warn_once
 from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport, plan_conversion
-from accel.backends.fp8.choice import FP8Backend, register_fp8_backend
+from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import check_fixed_fields, cuda_library_reason, library_version, module_present, too_old_reason
 from accel.backends.loss_scaler import LossScaler

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from accel.backends.base import Forward, WrappedOptimizer
-from accel.backends.fp8.choice import FP8Backend, register_fp8_backend
+from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.native_model import (
     FP8TrainingForward, scalers_of, shared_parameter_ids, unmatched_pattern_message,
 )

@@ -1,0 +1,101 @@
+"""ParallelStrategy: how prepared models are spread over the processes, chosen once per Accelerator.
+
+The base class is data parallelism: one process, or DistributedDataParallel over several (every
+process holds the whole model and its optimizer state). accel.fsdp.strategy.FSDPStrategy shards
+them with FSDP2 instead. Everything that differs between the two goes through these methods:
+wrapping a model, pointing an optimizer at the parameters it should step, skipping the gradient
+synchronisation of a micro-batch, clipping, the full weights, and how checkpoints store models and
+optimizers. The Accelerator picks one in its constructor (accel.accelerator.options.strategy); no
+other code asks which one runs. Tensor parallelism and replicated-sharded layouts plug in here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+from accel.backends.base import PrecisionBackend
+from accel.distributed.process_state import ProcessState
+from accel.kwargs_handlers import DistributedDataParallelKwargs, Handlers
+from accel.training.model import wrap_for_processes
+
+if TYPE_CHECKING:
+    from accel.training.optimizer import AcceleratedOptimizer
+
+
+class ParallelStrategy:
+    """Data parallelism: one process, or DDP with a full copy of the model on every process.
+
+    >>> from accel.kwargs_handlers import collect_handlers
+    >>> from accel.backends.full import FullPrecision
+    >>> state = ProcessState(device=torch.device("cpu"))
+    >>> handlers = collect_handlers(None, None)
+    >>> strategy = ParallelStrategy(state, FullPrecision(state.device, handlers), handlers)
+    >>> strategy.shards_parameters, strategy.sharded_checkpoints
+    (False, False)
+    """
+
+    name: ClassVar[str] = "data_parallel"
+    shards_parameters: ClassVar[bool] = False
+    """True when each process holds only shards of the parameters: optimizer states are then saved by
+    parameter name, and the gradients of an accumulation window cannot be saved (no process has them whole)."""
+
+    def __init__(self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers) -> None:
+        self.process_state = process_state
+        self.precision = precision
+        self.handlers = handlers
+
+    @property
+    def sharded_checkpoints(self) -> bool:
+        """True when save_state writes each process's shards rather than full models and optimizers."""
+        return False
+
+    def checkpoint_record(self) -> dict[str, Any] | None:
+        """The settings that shape a checkpoint, for its manifest (the `fsdp` field); None here."""
+        return None
+
+    # ----------------------------------------------------------------- prepare
+    def parameter_names(self, model: nn.Module) -> dict[int, str]:
+        """id(parameter) -> name, taken before the precision converts `model`; only a strategy that
+        replaces parameters needs them (to point optimizers built earlier at the new ones)."""
+        return {}
+
+    def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
+        """`model` ready to train over the processes (DDP when there are several; `names` and
+        `optimizers` are unused here, as DDP keeps the parameters)."""
+        return wrap_for_processes(model, self.process_state, self.handlers.get(DistributedDataParallelKwargs))
+
+    def retarget_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[nn.Module]) -> None:
+        """Point `optimizer`, built before its model was prepared, at the parameters that train (they are the same here)."""
+
+    # ----------------------------------------------------------------- training step
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
+        """Skip the gradient all-reduce inside the block (nothing to skip in one process)."""
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip the gradients' total norm (the precision's way: FP8 gradients included); return the norm."""
+        return self.precision.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    # ----------------------------------------------------------------- weights
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The model's weights under their original names, in high precision (every process has them)."""
+        return self.precision.model_state_dict(model)
+
+    def weight_shapes(self, model: nn.Module) -> dict[str, tuple[int, ...]] | None:
+        """The full shapes of the model's weights without gathering them, where gathering is needed
+        to read them; None here (the weights are whole on every process)."""
+        return None
+
+    def load_full_weights(self, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+        """Copy full weights into `model` (names checked before); tied weights saved once fill every name."""
+        model.load_state_dict(weights, strict=False)
