@@ -1,4 +1,7 @@
-"""The Accelerator and the wrappers it puts around a training script's objects."""
+"""The Accelerator: its constructor options and its method groups, one file each.
+
+The wrappers it puts around a script's objects live in accel.training and accel.data; they are
+re-exported here for code that imports them from this package."""
 
 from accel.accelerator.accelerator import Accelerator
 from accel.data.configuration import DataLoaderConfiguration

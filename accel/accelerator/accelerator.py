@@ -60,8 +60,10 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
     environment variable (set by `accel launch`), else takes its default. Bad values raise
     here, at construction, never later in the training loop. The methods live by concern:
-    processes.py (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers),
-    files.py (model files, checkpoints), tracking.py (trackers).
+    process_methods.py (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers),
+    files.py (model files, checkpoints), tracking_methods.py (trackers), data_options.py (the
+    dataloader options). What was prepared is `self.prepared`; how models are spread over the
+    processes is `self.strategy` (accel.training.strategy), chosen here once.
     """
 
     def __init__(

@@ -179,7 +179,7 @@ def check_same_setup(accelerator: Any) -> None:
 def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any:
     """The FSDP plugin, checked against the precision (whose backend gets ready for FSDP, or refuses, in
     `configure_fsdp`) and quantization; None without one. Without one in the code, `accel launch
-    --use_fsdp` describes it (fsdp_environment.py)."""
+    --use_fsdp` describes it (accel/fsdp/environment.py)."""
     plugin = fsdp_environment.with_environment_plugin(plugin)
     if plugin is None:
         return None

@@ -158,7 +158,7 @@ class IterableSharding(Sharding):
         self.shard = shard
         self._state = state
         self.tail_real: int | None = None
-        """Real rows of the global batch in use, when that batch holds repeated elements (set by data.py)."""
+        """Real rows of the global batch in use, when that batch holds repeated elements (set by loader.py)."""
 
     @property
     def even_batches(self) -> bool:

@@ -1,7 +1,7 @@
 """PreparedDataLoader: batches on the right device, the end of an epoch made visible, a position
 that a checkpoint can save and resume from, with several processes this process's part of the
 data (see sharding.py and iterable_sharding.py), and the options of a DataLoaderConfiguration
-(see data_config.py).
+(see loader_options.py).
 
 It is a `torch.utils.data.DataLoader` (a subclass, as Accelerate's DataLoaderShard) that wraps the
 loader it iterates: `dataset`, `batch_size`, `sampler`, `batch_sampler`, `num_workers`,

@@ -18,7 +18,7 @@ With several processes:
 
 Tensors that the backend cannot move (CPU tensors with nccl) travel through the process's device
 and come back where they were. A collective that times out or loses a peer raises CollectiveError
-naming this process's rank and the operation (see collective_errors.py).
+naming this process's rank and the operation (see errors.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ What inference and data-preparation scripts use, with Accelerate's names and mea
 `.main_process_first()`, `.wait_for_everyone()`, the `on_*_process` decorators, `.print()`.
 
 Accelerate keeps one shared state per process (a Borg singleton). accel keeps none beyond the
-torch.distributed process group (see distributed.py): each `PartialState()` reads torchrun's
+torch.distributed process group (see process_group.py): each `PartialState()` reads torchrun's
 environment and joins the process group, or reuses the one that runs, so `PartialState()` and
 any number of Accelerators, created in any order, agree on the layout and share one group.
 What that changes for a script, compared with Accelerate:

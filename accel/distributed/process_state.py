@@ -16,7 +16,7 @@ class ProcessState:
     """The process's place in the job and its device.
 
     A script run without torchrun (or with WORLD_SIZE=1) is one process with no process group;
-    under `accel launch --num_processes N` each process joins the group (see distributed.py).
+    under `accel launch --num_processes N` each process joins the group (see process_group.py).
     """
 
     device: torch.device

@@ -1,10 +1,13 @@
 """Fully sharded data parallel training on torch's FSDP2 (`torch.distributed.fsdp.fully_shard`).
 
-plugin.py: FullyShardedDataParallelPlugin (Accelerate's names). wrap.py: `shard_model`, which
-prepare runs in place of DistributedDataParallel. state.py: full weights, the global gradient
-norm, no_sync. optimizer.py: an optimizer built before sharding, pointed at the shards. checkpoint.py: sharded save/load with torch.distributed.checkpoint (any number
-of processes) and `consolidate` (one model.safetensors); consolidate.py: its command. safe_reading.py:
-reading those folders without running code from them (torch's own reader unpickles).
+plugin.py: FullyShardedDataParallelPlugin (Accelerate's names); environment.py: the plugin that
+`accel launch --use_fsdp` describes. strategy.py: FSDPStrategy, the Accelerator's parallelism when
+it has a plugin (accel.training.strategy is the interface). wrap.py: `shard_model`, which prepare
+runs in place of DistributedDataParallel. sharded_model.py: full weights, the global gradient norm,
+no_sync. optimizer.py: an optimizer built before sharding, pointed at the shards. precision.py: the
+MixedPrecisionPolicy. checkpoint.py: sharded save/load with torch.distributed.checkpoint (any number
+of processes) and `consolidate` (one model.safetensors); consolidate.py: its command.
+safe_reading.py: reading those folders without running code from them (torch's own reader unpickles).
 """
 
 from accel.fsdp.checkpoint import (

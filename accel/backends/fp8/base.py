@@ -50,7 +50,7 @@ class FP8Backend(PrecisionBackend):
         self.scaling = self.recipe.scaling or self.scalings[0]
         self._check_recipe()
         self.base = create_base(self.recipe.base_precision, device, handlers)
-        """The precision of everything outside the FP8 GEMMs (fp8_base.py)."""
+        """The precision of everything outside the FP8 GEMMs (base_precision.py)."""
         self.loss_scaler = loss_scaler_of(self.base)
         self.param_dtype = self.base.param_dtype  # type: ignore[misc]
         self.orphan_optimizer_is_error = self.base.orphan_optimizer_is_error  # type: ignore[misc]

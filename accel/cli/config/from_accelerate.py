@@ -3,7 +3,7 @@
 Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
 (backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
 the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSDP` becomes
-`use_fsdp: true` with its fsdp_config (accelerate_fsdp.py); `MULTI_GPU` or `FSDP` on a machine
+`use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py); `MULTI_GPU` or `FSDP` on a machine
 where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
 CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
 otherwise named in one warning, so that nothing is ignored without a word.
