@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -52,6 +52,13 @@ from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
+
+if TYPE_CHECKING:
+
+    class _Preparer(Protocol):
+        """One of the Accelerator's prepare_* methods: the object, and its device_placement."""
+
+        def __call__(self, obj: Any, /, device_placement: bool | None = None) -> Any: ...
 
 
 class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin):
@@ -101,7 +108,11 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         use_cpu = options.setting(USE_CPU, options.forced_cpu(cpu), check_bool)
         self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
         self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
-        self.quantizer: Quantizer | None = create_quantizer(self.handlers, self.precision, self.process_state.device)
+        self.quantizer: Quantizer | None = create_quantizer(
+            self.handlers,
+            self.precision,  # type: ignore[arg-type]  # _Precision wants instance attributes; a backend's are class-level
+            self.process_state.device,
+        )
         """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
         self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision, self.quantizer)
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
@@ -267,7 +278,7 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         )
         return result[0] if len(result) == 1 else tuple(result)
 
-    def _preparers(self) -> list[tuple[Callable[[Any], bool], Callable[[Any], Any]]]:
+    def _preparers(self) -> list[tuple[Callable[[Any], bool], _Preparer]]:
         """(which objects, how to prepare them), in the order in which they must be prepared."""
         return [
             (lambda o: isinstance(o, nn.Module), self.prepare_model),

@@ -93,7 +93,7 @@ class FilesMixin:
                 "and weights-only tensors, never pickles; the checkpoint is written that way.",
                 category=UserWarning,
             )
-        return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]
+        return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]  # self: the Accelerator, a CheckpointHost
 
     def load_state(
         self, input_dir: str | Path | None = None, load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any
@@ -110,7 +110,7 @@ class FilesMixin:
                 f"load_state got {sorted(given)}: accel restores its checkpoints exactly and takes "
                 "no options for loading the model (a strict load always). Drop these arguments."
             )
-        return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]
+        return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]  # self: the Accelerator, a CheckpointHost
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from accel._validation import check_bool, check_int
 from accel.data.configuration import DataLoaderConfiguration
@@ -19,6 +19,9 @@ from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
 from accel.training.strategy import ParallelStrategy
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 RNG_TYPES = ("torch", "cuda", "mps", "npu", "xla", "xpu", "hpu", "mlu", "sdaa", "musa", "generator")
 """The names Accelerate accepts in `rng_types`."""
@@ -196,7 +199,8 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
             "accel; use one or the other."
         )
     precision.configure_fsdp()
-    mixed_precision_policy(precision.fsdp_precision, plugin.mixed_precision_policy)
+    # the plugin's __post_init__ made a dict of fields a MixedPrecisionPolicy
+    mixed_precision_policy(precision.fsdp_precision, cast("MixedPrecisionPolicy | None", plugin.mixed_precision_policy))
     return plugin
 
 

@@ -102,4 +102,4 @@ class SyncMixin:
 
 def _uncompiled(model: nn.Module) -> nn.Module:
     """The module inside torch.compile's wrapper (prepare compiles over DDP), else `model`."""
-    return model._orig_mod if is_compiled(model) else model  # type: ignore[return-value]
+    return model._orig_mod if is_compiled(model) else model  # type: ignore[return-value]  # _orig_mod: a Module

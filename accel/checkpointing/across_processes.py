@@ -101,7 +101,7 @@ def on_main(accelerator: CheckpointHost, action: Callable[[], T], label: str) ->
         raise error
     if outcome[0] != "ok":
         raise _rebuild(outcome, f"{label} failed on the main process")
-    return outcome[1]  # type: ignore[no-any-return]
+    return outcome[1]
 
 
 def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
@@ -121,7 +121,7 @@ def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T
     for rank, failure in enumerate(failures):
         if failure is not None:
             raise _rebuild(failure, f"{label} failed on process {rank}")
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def _describe(error: Exception) -> tuple[str, str, str]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from accel.checkpointing.manifest import CONTENTS, Manifest
 from accel.kwargs_handlers import FP8RecipeKwargs
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from accel.checkpointing.host import CheckpointHost
 
 
@@ -37,7 +39,8 @@ def fp8_setup(accelerator: CheckpointHost) -> dict[str, Any] | None:
     if FP8RecipeKwargs not in precision.handler_types:
         return None
     recipe = getattr(precision, "recipe", None) or accelerator.handlers.get(FP8RecipeKwargs)
-    fields = json.loads(json.dumps(dataclasses.asdict(recipe)))
+    # an FP8 recipe is a dataclass (kwargs_handler makes it one, which mypy cannot see)
+    fields = json.loads(json.dumps(dataclasses.asdict(cast("DataclassInstance", recipe))))
     fields["scaling"] = getattr(precision, "scaling", None) or recipe.scaling
     return {"backend": str(getattr(precision, "library", None) or recipe.backend), "recipe": fields}
 

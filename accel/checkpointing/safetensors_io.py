@@ -30,7 +30,7 @@ def save_weights(state_dict: dict[str, torch.Tensor], directory: str | Path) -> 
 def without_shared(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop every tensor that views the same memory as one already kept; make the rest contiguous."""
     kept: dict[str, torch.Tensor] = {}
-    seen: set[tuple[int, int, tuple[int, ...], torch.dtype]] = set()
+    seen: set[tuple[int, int | torch.SymInt, tuple[int, ...], torch.dtype]] = set()
     for name, tensor in state_dict.items():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.dtype)
         if tensor.numel() and key in seen:

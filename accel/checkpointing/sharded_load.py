@@ -11,7 +11,7 @@ laid out as the live ones, so that every check is done before anything is change
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -75,7 +75,8 @@ def shape_problems(accelerator: CheckpointHost, folder: Path, models: list[int],
             if name.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
         }
         model = _target(accelerator, accelerator.prepared.models[index])
-        live = {name: tuple(t.shape) for name, t in get_model_state_dict(model).items()}
+        state = cast(dict[str, torch.Tensor], get_model_state_dict(model))  # its parameters and buffers: tensors
+        live = {name: tuple(t.shape) for name, t in state.items()}
         problems += [f"model {index}: {problem}" for problem in differences(live, saved)]
     if problems:
         problems.append("build each model as it was when the checkpoint was saved (same classes and sizes), or load a "

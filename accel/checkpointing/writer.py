@@ -58,7 +58,7 @@ def write_file(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     try:
         with open(path, "xb") as file:
             recorder = _RecordingFile(file)
-            write(recorder)  # type: ignore[arg-type]
+            write(recorder)  # type: ignore[arg-type]  # it forwards the BinaryIO methods writers call
             file.flush()
             os.fsync(file.fileno())
     except ImportError:

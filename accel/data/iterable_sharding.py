@@ -77,11 +77,11 @@ class TailCollate:
         return self.collate_fn(elements)
 
 
-class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
+class IterableDatasetShard(IterableDataset):
     """This process's elements of `dataset` (see the module docstring); `batch_size` is this process's
     batch (with `split_batches`, the global one), `drop_last` and `even_batches` decide the last batch."""
 
-    def __init__(self, dataset: IterableDataset, batch_size: int = 1, drop_last: bool = False,  # type: ignore[type-arg]
+    def __init__(self, dataset: IterableDataset, batch_size: int = 1, drop_last: bool = False,
                  num_processes: int = 1, process_index: int = 0, split_batches: bool = False,
                  even_batches: bool = True) -> None:
         if split_batches and batch_size % num_processes:
@@ -114,12 +114,13 @@ class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch and pass it on to the dataset's own set_epoch (Accelerate's meaning)."""
         self.epoch = epoch
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
 
     def __len__(self) -> int:
         """Elements this process yields in an epoch (TypeError when the dataset has no len)."""
-        full, rest = divmod(len(self.dataset), self.global_size)  # type: ignore[arg-type]
+        full, rest = divmod(len(self.dataset), self.global_size)  # type: ignore[arg-type]  # TypeError if unsized
         if rest == 0 or self.drop_last:
             return full * self.part
         if self.even_batches:
@@ -196,8 +197,11 @@ def shard_iterable_loader(loader: DataLoader[Any], state: ProcessState,
             f"num_processes={state.num_processes}: it must be a multiple of {state.num_processes}. Use such a "
             "batch_size, or split_batches=False (each process then gets batches of batch_size)."
         )
-    shard = IterableDatasetShard(loader.dataset, size, loader.drop_last, state.num_processes,  # type: ignore[arg-type]
-                                 state.process_index, config.split_batches, config.even_batches)
+    # the loader's dataset is an IterableDataset here (accel.data.loader picks this sharding for one)
+    shard = IterableDatasetShard(
+        loader.dataset,  # type: ignore[arg-type]  # an IterableDataset: see above
+        size, loader.drop_last, state.num_processes, state.process_index, config.split_batches, config.even_batches,
+    )
     shard.tag_tail = True
     options = loader_options(loader)
     collate = options.get("collate_fn")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -62,7 +62,7 @@ class _Epoch:
         self.rng = rng
 
 
-class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
+class PreparedDataLoader(DataLoader):
     """Iterates the user's DataLoader, moving each batch to the device.
 
     It looks one batch ahead so that the last batch of an epoch is known while it is being
@@ -88,7 +88,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     _is_accelerate_prepared = True
     """What libraries check to avoid preparing a loader twice (Accelerate sets it on what it prepares)."""
 
-    def __new__(cls, loader: Any = None, *args: Any, **kwargs: Any) -> Self:
+    def __new__(cls, loader: Any = None, *args: Any, **kwargs: Any) -> PreparedDataLoader:
         """A loader prepared already is given back as it is (never wrapped twice)."""
         if isinstance(loader, PreparedDataLoader):
             return loader
@@ -130,7 +130,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self._running: list[_Epoch] = []
         self._resume: dict[str, Any] | None = None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator of batches, not torch's _BaseDataLoaderIter
         return self._iterate(None)
 
     def skip_first_batches(self, num_batches: int = 0) -> SkippedEpochStart:
@@ -177,7 +177,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     def _deliver(self, batch: Any) -> Any:
         """The batch as the script gets it: without the tag of a padded iterable batch, on the device."""
         if type(batch) is TaggedBatch:
-            self._sharding.tail_real = self.remainder = batch.real  # type: ignore[attr-defined]
+            # a TaggedBatch comes only from an IterableSharding, which has tail_real
+            self._sharding.tail_real = self.remainder = batch.real  # type: ignore[attr-defined]  # IterableSharding
             batch = batch.batch
         elif isinstance(self._sharding, IterableSharding):
             self._sharding.tail_real = None
@@ -231,7 +232,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         dataset = getattr(self.loader.dataset, "dataset", None) if self._iterable else None
         dataset = self.loader.dataset if dataset is None else dataset
         total = getattr(dataset, "total_length", None)
-        return total if isinstance(total, int) else len(dataset)  # type: ignore[arg-type]
+        # a dataset without len raises TypeError here, as Accelerate's
+        return total if isinstance(total, int) else len(dataset)  # type: ignore[arg-type]  # TypeError if unsized
 
     @property
     def _iterable(self) -> bool:

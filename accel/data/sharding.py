@@ -170,7 +170,7 @@ class BatchListShard(Sampler[list[int]], Sharding):
         """False: the items are single indices of whole batches (DataLoader(batch_size=None)), rows unknown."""
 
     def __len__(self) -> int:
-        batches, processes = len(self.batch_sampler), self._state.num_processes  # type: ignore[arg-type]
+        batches, processes = len(self.batch_sampler), self._state.num_processes  # type: ignore[arg-type]  # Sized (checked)
         if self._split is not None:
             return batches
         if self.even_batches:
@@ -205,9 +205,11 @@ class BatchListShard(Sampler[list[int]], Sharding):
 
     def _check_even_batches(self, even_batches: bool) -> None:
         processes = self._state.num_processes
-        if not self._sized_items and even_batches and len(self.batch_sampler) % processes:  # type: ignore[arg-type]
+        # the sampler is Sized (_check_shardable), which its Sampler type does not say
+        if not self._sized_items and even_batches and len(self.batch_sampler) % processes:  # type: ignore[arg-type]  # Sized
+            items = len(self.batch_sampler)  # type: ignore[arg-type]  # Sized (see above)
             raise ValueError(
-                f"prepare: this DataLoader has batch_size=None and its sampler yields {len(self.batch_sampler)} single "  # type: ignore[arg-type]
+                f"prepare: this DataLoader has batch_size=None and its sampler yields {items} single "
                 f"indices of whole batches, which do not divide evenly among {processes} processes. With "
                 "even_batches=True accel would repeat whole batches whose rows it cannot count, so gather_for_metrics "
                 f"could not drop them. Use a sampler whose length is a multiple of {processes}, "
@@ -249,7 +251,7 @@ class KeptDistributedSampler(Sharding):
     def keep(self, batches: int) -> Keep:
         """The sampler pads the epoch's index list at its end, and process r takes positions r, r + W, ..."""
         sampler, processes = self.sampler, self._state.num_processes
-        total = len(sampler.dataset)  # type: ignore[arg-type]
+        total = len(sampler.dataset)  # type: ignore[arg-type]  # a DistributedSampler's dataset has a len
         if sampler.drop_last or sampler.total_size == total:
             return None
         start = (batches - 1) * self._batch_size
@@ -279,8 +281,8 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState,
     split = _split_size(batch_sampler, state, config) if config.split_batches else None
     if type(batch_sampler) is BatchSampler and _plain_order(sampler):
         size = batch_sampler.batch_size if split is None else split
-        shard: Sampler[list[int]] = ShardedBatchSampler(sampler, size, batch_sampler.drop_last, state,
-                                                         config.even_batches)
+        shard: ShardedBatchSampler | BatchListShard = ShardedBatchSampler(sampler, size, batch_sampler.drop_last,
+                                                                          state, config.even_batches)
         shard.batch_sampler = batch_sampler
     else:
         if split is not None and not config.even_batches:
@@ -289,9 +291,10 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState,
                 f"BatchSampler over a RandomSampler or SequentialSampler; this one's batch sampler is "
                 f"{type(batch_sampler).__name__}. Use even_batches=True, or split_batches=False."
             )
-        shard = BatchListShard(batch_sampler, state, config.even_batches, split)  # type: ignore[arg-type]
+        # a Sized batch sampler (_check_shardable above), which the DataLoader's attribute type does not say
+        shard = BatchListShard(batch_sampler, state, config.even_batches, split)  # type: ignore[arg-type]  # Sized
     rebuilt = DataLoader(loader.dataset, batch_sampler=shard, **loader_options(loader))
-    return rebuilt, shard  # type: ignore[return-value]
+    return rebuilt, shard
 
 
 def _split_size(batch_sampler: Any, state: ProcessState, config: DataLoaderConfiguration) -> int:
@@ -359,6 +362,9 @@ def _shard_unbatched(loader: DataLoader[Any], state: ProcessState,
             "split between processes. Use split_batches=False (each process then takes every "
             f"{state.num_processes}-th item), or let the DataLoader batch the samples (give it a batch_size)."
         )
-    shard = BatchListShard(sampler, state, config.even_batches, split, sized_items=lists)  # type: ignore[arg-type]
+    shard = BatchListShard(
+        sampler,  # type: ignore[arg-type]  # a Sized sampler (_check_shardable)
+        state, config.even_batches, split, sized_items=lists,
+    )
     shard._check_even_batches(config.even_batches)
     return DataLoader(loader.dataset, sampler=shard, batch_size=None, **loader_options(loader)), shard

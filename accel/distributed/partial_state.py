@@ -250,7 +250,7 @@ class AcceleratorState(PartialState):
         self._mixed_precision = resolve_precision(chosen, "AcceleratorState(mixed_precision)")
 
     @classmethod
-    def of(  # type: ignore[override]
+    def of(
         cls, process: ProcessState, mixed_precision: str = "no", **plugins: Any
     ) -> AcceleratorState:
         """The state of an Accelerator: its ProcessState, its canonical precision, and plugins

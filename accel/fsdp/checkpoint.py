@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import torch
 import torch.distributed as dist
@@ -41,6 +41,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from accel.fsdp.safe_reading import SafeLoadPlanner, SafeReader, read_metadata
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import ValueType
 
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
@@ -150,7 +153,8 @@ def saved_tensor_shapes(folder: str | os.PathLike[str], key: str = MODEL_KEY) ->
 def sharded_weight_problems(folder: str | os.PathLike[str], model: nn.Module) -> list[str]:
     """What differs between the saved weights' names/shapes and the model's; empty when they fit."""
     saved = saved_tensor_shapes(folder)
-    expected = {name: tuple(tensor.shape) for name, tensor in get_model_state_dict(model).items()}
+    state = cast(dict[str, torch.Tensor], get_model_state_dict(model))  # its parameters and buffers: tensors
+    expected = {name: tuple(tensor.shape) for name, tensor in state.items()}
     problems = []
     missing = [name for name in expected if name not in saved]
     unexpected = [name for name in saved if name not in expected]
@@ -185,10 +189,12 @@ def load_full(
     """
     options = StateDictOptions(full_state_dict=True, strict=True)
     raw = _raw(optimizer)
+    # torch's parameter is a dict (invariant) of its ValueType union, of which a tensor is one
+    weights = cast("dict[str, ValueType]", model_state)
     if raw is None or optimizer_state is None:
-        set_model_state_dict(model, model_state, options=options)
+        set_model_state_dict(model, weights, options=options)
     else:
-        set_state_dict(model, raw, model_state_dict=model_state, optim_state_dict=optimizer_state, options=options)
+        set_state_dict(model, raw, model_state_dict=weights, optim_state_dict=optimizer_state, options=options)
 
 
 @contextlib.contextmanager
@@ -205,6 +211,14 @@ def _state(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[st
         return {MODEL_KEY: get_model_state_dict(model)}
     model_state, optimizer_state = get_state_dict(model, raw)
     return {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state}
+
+
+@overload
+def _raw(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer: ...
+
+
+@overload
+def _raw(optimizer: None) -> None: ...
 
 
 def _raw(optimizer: torch.optim.Optimizer | None) -> torch.optim.Optimizer | None:

@@ -68,9 +68,10 @@ class SafeReader(dcp.FileSystemReader):
         if kwargs.get("rank") is not None:
             raise UnsafeCheckpointError("per-rank index files are not written by accel; refused")
         metadata = read_metadata(self.path)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 import torch
 from torch import nn
@@ -31,7 +32,9 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """
     if not is_sharded(model):
         return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # a model's state dict holds its parameters and buffers: tensors (torch types its values more widely)
+    return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=options))
 
 
 def clip_grad_norm_(
@@ -57,8 +60,8 @@ def no_sync(model: nn.Module) -> Iterator[None]:
     if not is_sharded(model):
         yield
         return
-    model.set_requires_gradient_sync(False)  # type: ignore[operator]
+    model.set_requires_gradient_sync(False)  # type: ignore[operator]  # an FSDPModule method (is_sharded)
     try:
         yield
     finally:
-        model.set_requires_gradient_sync(True)  # type: ignore[operator]
+        model.set_requires_gradient_sync(True)  # type: ignore[operator]  # an FSDPModule method (is_sharded)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -28,6 +28,8 @@ from accel.training.model import unwrap_model
 from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import ValueType
+
     from accel.training.optimizer import AcceleratedOptimizer
 
 
@@ -98,11 +100,14 @@ class FSDPStrategy(ParallelStrategy):
         """Full shapes without gathering (every process checks; none holds the weights)."""
         if not is_sharded(model):
             return None
-        return {name: tuple(t.shape) for name, t in get_model_state_dict(model).items()}
+        state = cast(dict[str, torch.Tensor], get_model_state_dict(model))  # its parameters and buffers: tensors
+        return {name: tuple(t.shape) for name, t in state.items()}
 
     def load_full_weights(self, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
         """Every process gets the full weights and keeps its shards of them."""
         if not is_sharded(model):
             super().load_full_weights(model, weights)
             return
-        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+        # torch's parameter is a dict (invariant) of its ValueType union, of which a tensor is one
+        state = cast("dict[str, ValueType]", weights)
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))

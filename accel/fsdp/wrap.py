@@ -11,11 +11,13 @@ processes' weights already agree), in place of DistributedDataParallel.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.distributed._composable import checkpoint as checkpoint_activations
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import OffloadPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from accel._warnings import warn_once
 from accel.distributed.process_state import ProcessState
@@ -39,7 +41,9 @@ def shard_model(
     ValueError for a wrap class name that matches no module. `precision_name` is the backend's
     `fsdp_precision` (FP8: its base).
     """
-    policy = mixed_precision_policy(precision_name, plugin.mixed_precision_policy)
+    # the plugin's __post_init__ made a dict of fields a MixedPrecisionPolicy
+    given = cast("MixedPrecisionPolicy | None", plugin.mixed_precision_policy)
+    policy = mixed_precision_policy(precision_name, given)
     units = modules_to_shard(model, plugin)
     if plugin.activation_checkpointing:
         for unit in units:
@@ -54,16 +58,14 @@ def shard_model(
         )
         return model
     mesh = init_device_mesh(device.type, (process_state.num_processes,))
-    options = dict(
-        mesh=mesh,
-        reshard_after_forward=plugin.reshard_after_forward,
-        mp_policy=policy,
-        offload_policy=plugin.offload_policy or OffloadPolicy(),
-    )
+    reshard_after_forward = plugin.reshard_after_forward
+    offload_policy = plugin.offload_policy or OffloadPolicy()
     attributes = parameter_attributes(model)
     for unit in units:
-        fully_shard(unit, **options)
-    fully_shard(model, **options)
+        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
+                    offload_policy=offload_policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
+                offload_policy=offload_policy)
     restore_parameter_attributes(model, attributes)
     return model
 
@@ -102,7 +104,8 @@ def modules_to_shard(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -
         return [m for m in _post_order(model) if m is not model and type(m).__name__ in classes]
     if policy == "size_based_wrap":
         return _by_size(model, plugin.min_num_params or DEFAULT_MIN_NUM_PARAMS)
-    return [m for m in _post_order(model) if m is not model and policy(m)]  # type: ignore[operator]
+    # the plugin accepts no other str, so policy is the callable here
+    return [m for m in _post_order(model) if m is not model and policy(m)]  # type: ignore[operator]  # a callable
 
 
 def _block_class_names(model: nn.Module, plugin: FullyShardedDataParallelPlugin) -> tuple[str, ...]:

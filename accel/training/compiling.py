@@ -48,7 +48,7 @@ def resolve(dynamo_backend: Any, plugin: TorchDynamoPlugin | None, device: torch
     backend = _setting(DYNAMO_BACKEND, given.backend if dynamo_backend is None else backend_name(dynamo_backend))
     mode_source = "TorchDynamoPlugin.mode" if given.mode is not None else DYNAMO_MODE.env_var
     mode = check_mode(backend, _setting(DYNAMO_MODE, given.mode), mode_source)
-    resolved = TorchDynamoPlugin(
+    resolved = TorchDynamoPlugin(  # type: ignore[call-arg]  # kwargs_handler makes it a keyword dataclass, unseen by mypy
         backend=backend, mode=mode, fullgraph=_setting(DYNAMO_USE_FULLGRAPH, given.fullgraph),
         dynamic=_setting(DYNAMO_USE_DYNAMIC, given.dynamic), options=given.options, disable=given.disable,
     )
@@ -125,4 +125,4 @@ def compile_model(model: nn.Module, plugin: TorchDynamoPlugin) -> nn.Module:
     """`model` compiled as `plugin` says; as it is when the backend is 'no' or it is compiled already."""
     if plugin.backend == "no" or is_compiled(model):
         return model
-    return torch.compile(model, **compile_kwargs(plugin))  # type: ignore[return-value]
+    return torch.compile(model, **compile_kwargs(plugin))  # type: ignore[return-value]  # an OptimizedModule

@@ -14,7 +14,7 @@ returns the current one with the plugin's values applied, as Accelerate's update
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from accel.training.accumulation import GradientAccumulationPlugin
 
@@ -39,6 +39,8 @@ class GradientState:
     adjust_scheduler: bool
     step: int
     sync_gradients: bool
+    _refs: list[weakref.ReferenceType[Any]]
+    _is_xla_gradients_synced: bool
 
     def __new__(
         cls,
@@ -46,7 +48,7 @@ class GradientState:
         sync_with_dataloader: bool | None = None,
         *,
         gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
-    ) -> Self:
+    ) -> GradientState:
         """`GradientState(num_steps, sync_with_dataloader)` builds a new state (the Accelerator's call);
         `GradientState()` / `GradientState(gradient_accumulation_plugin=...)` give the current one (module docstring)."""
         if isinstance(num_steps, GradientAccumulationPlugin):

@@ -43,7 +43,7 @@ def prepare_model(
     forward = model.forward
     wrapped = backend.wrap_forward(forward)
     if wrapped is not forward:
-        model.forward = wrapped  # type: ignore[method-assign]
+        model.forward = wrapped
     return model
 
 
@@ -98,7 +98,7 @@ def restore_forward(model: nn.Module) -> None:
     if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is type(model).forward:
         del model.forward
     else:
-        model.forward = original  # type: ignore[method-assign]
+        model.forward = original
 
 
 def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
@@ -114,7 +114,7 @@ def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch
 
     compiled = model if is_compiled(model) else None
     if compiled is not None:
-        model = compiled._orig_mod  # type: ignore[assignment]
+        model = compiled._orig_mod  # type: ignore[assignment]  # a compiled module's _orig_mod is a Module
     while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         model = model.module
     if not keep_fp32_wrapper:
@@ -123,4 +123,4 @@ def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch
         return model
     if compiled._orig_mod is model:
         return compiled
-    return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[arg-type]
+    return type(compiled)(model, compiled.dynamo_ctx)

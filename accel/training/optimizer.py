@@ -31,7 +31,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._is_overflow = False  # Accelerate's name for it, which code written for Accelerate sets and reads
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -39,11 +39,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.param_groups = groups
 
     @property
-    def state(self) -> Any:  # type: ignore[override]
+    def state(self) -> Any:  # type: ignore[override]  # read-only view of the wrapped optimizer's
         return self.optimizer.state
 
     @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]  # read-only view of the wrapped optimizer's
         return self.optimizer.defaults
 
     @property
@@ -51,7 +51,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """True when the last step was skipped because gradients held inf or NaN."""
         return self._is_overflow
 
-    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> None:  # type: ignore[override]  # Accelerate's step
         """Step (through the loss scaler if there is one), on sync micro-batches only."""
         if self._gradients.sync_gradients:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
 from torch.optim.lr_scheduler import LRScheduler
 
 from accel.training.gradient_state import GradientState
@@ -44,7 +45,7 @@ class AcceleratedScheduler:
                     return
         self.scheduler.step(*args, **kwargs)
 
-    def get_last_lr(self) -> list[float]:
+    def get_last_lr(self) -> list[float | Tensor]:
         return self.scheduler.get_last_lr()
 
     def state_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from torch import nn
 from accel.backends.base import PrecisionBackend
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base_precision import create_base, loss_scaler_of
-from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers
+from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers, KwargsHandler
 
 logger = logging.getLogger("accel")
 
@@ -33,7 +33,7 @@ class FP8Backend(PrecisionBackend):
 
     name = "fp8"
     compute_dtype = torch.float8_e4m3fn
-    handler_types = (FP8RecipeKwargs,)
+    handler_types: ClassVar[tuple[type[KwargsHandler], ...]] = (FP8RecipeKwargs,)
     library: ClassVar[str] = ""
     """The backend's name in FP8RecipeKwargs(backend=...)."""
     scalings: ClassVar[tuple[str, ...]] = ()
@@ -52,10 +52,11 @@ class FP8Backend(PrecisionBackend):
         self.base = create_base(self.recipe.base_precision, device, handlers)
         """The precision of everything outside the FP8 GEMMs (base_precision.py)."""
         self.loss_scaler = loss_scaler_of(self.base)
-        self.param_dtype = self.base.param_dtype  # type: ignore[misc]
-        self.orphan_optimizer_is_error = self.base.orphan_optimizer_is_error  # type: ignore[misc]
+        # class-level defaults of PrecisionBackend, set here per instance from the base precision and its scaler
+        self.param_dtype = self.base.param_dtype  # type: ignore[misc]  # per instance
+        self.orphan_optimizer_is_error = self.base.orphan_optimizer_is_error  # type: ignore[misc]  # per instance
         if self.loss_scaler is not None and GradScalerKwargs not in self.handler_types:
-            self.handler_types = (*self.handler_types, GradScalerKwargs)  # type: ignore[misc]
+            self.handler_types = (*self.handler_types, GradScalerKwargs)  # type: ignore[misc]  # per instance
         self.conversion_report: ConversionReport | None = None
         self.selection = f"FP8 backend {self.library!r}: asked for by name"
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""

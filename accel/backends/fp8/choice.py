@@ -15,7 +15,7 @@ import torch
 
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.fp8.base import FP8_BACKENDS, FP8Backend
-from accel.kwargs_handlers import FP8RecipeKwargs, Handlers
+from accel.kwargs_handlers import FP8RecipeKwargs, Handlers, KwargsHandler
 
 logger = logging.getLogger("accel")
 
@@ -47,7 +47,7 @@ def apply_precision_recipe(name: str, fields: Mapping[str, str], handlers: Handl
             f"recipe sets {', '.join(conflicts)}. Use mixed_precision='fp8' with your recipe, or drop "
             f"{'that field' if len(conflicts) == 1 else 'those fields'}."
         )
-    merged = {FP8RecipeKwargs: recipe.with_fields(**fields)}
+    merged: dict[type[KwargsHandler], KwargsHandler] = {FP8RecipeKwargs: recipe.with_fields(**fields)}
     if handlers.has(FP8RecipeKwargs):
         return dataclasses.replace(handlers, given={**handlers.given, **merged})
     return dataclasses.replace(handlers, environment={**handlers.environment, **merged})
