@@ -17,6 +17,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
+from types import FrameType
 
 
 class PrecisionWarning(UserWarning):
@@ -74,7 +75,7 @@ def collect_precision_warnings() -> Iterator[list[str]]:
 
 def _user_stacklevel() -> int:
     """The stacklevel for `warnings.warn` in `warn_once` that names the first frame outside accel."""
-    frame = sys._getframe(2)  # 0: this function, 1: warn_once, 2: warn_once's caller
+    frame: FrameType | None = sys._getframe(2)  # 0: this function, 1: warn_once, 2: warn_once's caller
     level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame = frame.f_back

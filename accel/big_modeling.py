@@ -47,11 +47,11 @@ def init_on_device(device: torch.device | str, include_buffers: bool = False) ->
             extra["requires_grad"] = moved.requires_grad
             module._parameters[name] = type(moved)(moved.to(device), **extra)
 
-    nn.Module.register_parameter = register_on_device  # type: ignore[method-assign]
+    nn.Module.register_parameter = register_on_device  # type: ignore[method-assign,assignment]  # patched for the block
     try:
         yield
     finally:
-        nn.Module.register_parameter = register  # type: ignore[method-assign]
+        nn.Module.register_parameter = register  # type: ignore[method-assign]  # restored
 
 
 def init_empty_weights(include_buffers: bool = False) -> contextlib.AbstractContextManager[None]:

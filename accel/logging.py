@@ -16,7 +16,7 @@ from typing import Any
 _LEVEL_VARIABLE = "ACCEL_LOG_LEVEL"
 
 
-class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+class MultiProcessAdapter(logging.LoggerAdapter):
     """A LoggerAdapter that knows which process it runs in (Accelerate's class of the same name)."""
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
@@ -30,13 +30,13 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         state = PartialState()
         if main_process_only or not in_order:
             if state.is_main_process or not main_process_only:
-                msg, kwargs = self.process(msg, kwargs)
-                self.logger.log(level, msg, *args, **kwargs)
+                msg, options = self.process(msg, kwargs)
+                self.logger.log(level, msg, *args, **options)
             return
         for index in range(state.num_processes):
             if index == state.process_index:
-                msg, kwargs = self.process(msg, kwargs)
-                self.logger.log(level, msg, *args, **kwargs)
+                msg, options = self.process(msg, kwargs)
+                self.logger.log(level, msg, *args, **options)
             state.wait_for_everyone()
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:

@@ -62,7 +62,7 @@ class IntKind(Kind):
     maximum: int | None = None
 
     @property
-    def accepted(self) -> str:  # type: ignore[override]
+    def accepted(self) -> str:  # type: ignore[override]  # a property over Kind's class attribute; nothing assigns it
         if self.minimum is not None and self.maximum is not None:
             return f"an int from {self.minimum} to {self.maximum}"
         return "an int" if self.minimum is None else f"an int >= {self.minimum}"
@@ -116,7 +116,7 @@ class ChoiceKind(Kind):
     optional: bool = False
 
     @property
-    def accepted(self) -> str:  # type: ignore[override]
+    def accepted(self) -> str:  # type: ignore[override]  # a property over Kind's class attribute; nothing assigns it
         return ", ".join(self.choices) + (" (or empty for the default)" if self.optional else "")
 
     def check(self, value: Any, source: str) -> str | None:
@@ -212,7 +212,7 @@ class FsdpVersionKind(IntKind):
     """fsdp_version: 2 only; 1 is refused with the reason (accel runs FSDP2)."""
 
     @property
-    def accepted(self) -> str:  # type: ignore[override]
+    def accepted(self) -> str:  # type: ignore[override]  # a property over Kind's class attribute; nothing assigns it
         return " or ".join(map(str, FSDP_VERSIONS))
 
     def check(self, value: Any, source: str) -> int:

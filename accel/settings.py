@@ -195,7 +195,7 @@ def _recipe_kind(field: str, annotation: Any) -> Kind:
     if annotation == tuple[str, ...]:
         return PatternsKind()
     if annotation in (str, str | None) and field in _RECIPE_CHOICES:
-        return ChoiceKind(_RECIPE_CHOICES[field], optional=annotation != str)
+        return ChoiceKind(_RECIPE_CHOICES[field], optional=annotation is not str)
     raise TypeError(f"FP8RecipeKwargs.{field}: no setting kind for the annotation {annotation!r}")
 
 

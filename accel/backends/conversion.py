@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -222,7 +223,7 @@ def held_weights(modules: Mapping[str, nn.Module], layer_names: set[str], conv1d
         if name in layer_names:
             continue
         for parameter, value in module._parameters.items():
-            if parameter.endswith("weight") and len(getattr(value, "shape", ())) == 2:
+            if value is not None and parameter.endswith("weight") and len(value.shape) == 2:
                 reason = _held_reason(module, linears)
                 if id(value) in layer_weights:  # tied, as GPT-2's wte and lm_head
                     reason += f" (the same Parameter is the weight of {layer_weights[id(value)]!r}, listed above)"
@@ -246,7 +247,7 @@ def _held_reason(module: nn.Module, linears: str) -> str:
 
 
 def replace_layers(
-    model: nn.Module, report: ConversionReport, make_layer: Callable[[nn.Module], nn.Module]
+    model: nn.Module, report: LayerDecisions, make_layer: Callable[[nn.Module], nn.Module]
 ) -> None:
     """Replace, in place, each layer `report` marks converted by ``make_layer(linear)``.
 
@@ -287,9 +288,10 @@ def _decide(
 ) -> LayerDecision:
     conv1d = is_conv1d(layer) and not converted
     kind = CONV1D if conv1d or getattr(layer, "transposed_weight", False) else LINEAR
-    in_features, out_features = (
-        (layer.weight.shape[0], layer.weight.shape[1]) if conv1d else (layer.in_features, layer.out_features)
-    )
+    if conv1d:  # is_conv1d checked that its weight is a 2-D tensor, (in, out)
+        in_features, out_features = cast(torch.Tensor, layer.weight).shape
+    else:  # nn.Linear, or a converted linear layer: both keep nn.Linear's int attributes
+        in_features, out_features = cast(int, layer.in_features), cast(int, layer.out_features)
 
     def decision(category: str, reason: str = "") -> LayerDecision:
         return LayerDecision(name, int(in_features), int(out_features), category, reason, kind)
@@ -323,7 +325,7 @@ def _decide(
             "which the FP8 layer would drop",
         )
     base = _conv1d_class(layer) if conv1d else nn.Linear
-    if type(layer).forward is not base.forward:  # type: ignore[union-attr]
+    if type(layer).forward is not base.forward:  # type: ignore[union-attr]  # conv1d: is_conv1d found the class
         return decision(CONVERTED, f"{type(layer).__name__}.forward is replaced by the FP8 GEMM")
     return decision(CONVERTED)
 

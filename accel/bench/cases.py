@@ -20,7 +20,7 @@ class Case:
 
     name: str
     mixed_precision: str
-    fp8_fields: dict[str, str] = field(default_factory=dict)
+    fp8_fields: dict[str, Any] = field(default_factory=dict)
 
     def accelerator_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `Accelerator(...)` that select this case's precision."""

@@ -76,7 +76,7 @@ def run_case(work: Workload, case: Case, mode: str, warmup: int, lr: float, prog
         return row
     try:
         _measure(work, accelerator, row, warmup, lr, progress)
-    except Exception as error:  # noqa: BLE001: one case failing must not end the others
+    except Exception as error:  # noqa: BLE001 - one case failing must not end the others
         row.status, notes = "failed", [one_line(f"{type(error).__name__}: {error}")]
     finally:
         accelerator.free_memory()

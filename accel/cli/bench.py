@@ -136,7 +136,10 @@ def _machine() -> str:
 
     device = capabilities.training_device()
     where = capabilities.cpu_model() if device.type == "cpu" else capabilities.gpu_descriptions()[0]
-    return f"on {device} ({where}), {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
+    return (
+        f"on {device} ({where}), {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 class _Silent:

@@ -30,7 +30,7 @@ def describe(setting: Setting) -> str:
 def _field_docs(handler: type) -> dict[str, str]:
     """The string literal under each field of `handler` ({} when the source is not available)."""
     try:
-        body = ast.parse(textwrap.dedent(inspect.getsource(handler))).body[0].body  # type: ignore[attr-defined]
+        body = ast.parse(textwrap.dedent(inspect.getsource(handler))).body[0].body  # type: ignore[attr-defined]  # the ClassDef
     except (OSError, TypeError, IndexError, AttributeError):
         return {}
     docs = {}

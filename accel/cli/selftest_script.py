@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accel import Accelerator
 
 STEPS = 50
 
 
-def train(steps: int) -> tuple[object, list[float], float]:
+def train(steps: int) -> tuple[Accelerator, list[float], float]:
     """Fit y = X w with a two-layer MLP under an Accelerator built from the environment."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -63,10 +67,10 @@ def main() -> int:
         report("it trains", False, f"{type(error).__name__}: {reason}")
         return verdict(False)
     finite = all(loss == loss and abs(loss) != float("inf") for loss in losses)
-    passed = report("it trains", finite, f"{len(losses)} steps in {seconds:.1f} s on {getattr(accelerator, 'device')}")
+    passed = report("it trains", finite, f"{len(losses)} steps in {seconds:.1f} s on {accelerator.device}")
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     passed &= report("loss decreases", last < 0.5 * first, f"{first:.4f} -> {last:.4f} (mean of the first and last 5)")
-    runs = getattr(accelerator, "mixed_precision")
+    runs = accelerator.mixed_precision
     passed &= report("precision", runs == asked, f"asked {asked!r}, runs {runs!r}")
     return verdict(passed)
 

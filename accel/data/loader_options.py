@@ -132,5 +132,6 @@ def seed_loader(
     options = loader_options(loader)
     if batch_sampler is None:
         return DataLoader(loader.dataset, sampler=seeded, batch_size=None, **options), seeded
-    sizes = {"batch_size": batch_sampler.batch_size, "drop_last": batch_sampler.drop_last}
-    return DataLoader(loader.dataset, sampler=seeded, **sizes, **options), seeded
+    return DataLoader(
+        loader.dataset, sampler=seeded, batch_size=batch_sampler.batch_size, drop_last=batch_sampler.drop_last, **options
+    ), seeded

@@ -50,8 +50,9 @@ def skipping_loader(loader: DataLoader[Any], num_batches: int) -> DataLoader[Any
     leaves out the first `num_batches` batches of each pass."""
     settings = loader_options(loader)
     if isinstance(loader.dataset, IterableDataset):
-        sizes = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
-        return SkipDataLoader(loader.dataset, skip_batches=num_batches, **sizes, **settings)
+        return SkipDataLoader(
+            loader.dataset, skip_batches=num_batches, batch_size=loader.batch_size, drop_last=loader.drop_last, **settings
+        )
     if loader.batch_sampler is None:  # batch_size=None: the sampler's items are the batches
         sampler = SkipBatchSampler(loader.sampler, num_batches)
         return DataLoader(loader.dataset, sampler=sampler, batch_size=None, **settings)
@@ -70,13 +71,13 @@ class SkipBatchSampler(BatchSampler):
 
     @property
     def total_length(self) -> int:
-        return len(self.batch_sampler)  # type: ignore[arg-type]
+        return len(self.batch_sampler)  # type: ignore[arg-type]  # TypeError for an unsized one, as len() of it
 
     def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.skip_batches)  # type: ignore[arg-type]
+        return max(0, len(self.batch_sampler) - self.skip_batches)  # type: ignore[arg-type]  # as total_length
 
 
-class SkipDataLoader(DataLoader):  # type: ignore[type-arg]
+class SkipDataLoader(DataLoader[Any]):
     """A DataLoader that drops its first `skip_batches` batches on every pass (Accelerate's class; what
     skip_first_batches builds for an IterableDataset). `use_stateful_dataloader=True` is refused, as
     everywhere in accel (torchdata's StatefulDataLoader is not supported)."""
@@ -90,7 +91,7 @@ class SkipDataLoader(DataLoader):  # type: ignore[type-arg]
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # an islice, not a _BaseDataLoaderIter
         return itertools.islice(super().__iter__(), self.skip_batches, None)
 
     def __len__(self) -> int:
@@ -108,7 +109,7 @@ class SkippedBatches:
         return itertools.islice(iter(self.batches), self.skip_batches, None)
 
     def __len__(self) -> int:
-        return max(0, len(self.batches) - self.skip_batches)  # type: ignore[arg-type]
+        return max(0, len(self.batches) - self.skip_batches)  # type: ignore[arg-type]  # TypeError when unsized, as len()
 
     def __getattr__(self, name: str) -> Any:
         if name == "batches":

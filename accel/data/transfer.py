@@ -27,7 +27,7 @@ def send_to_device(
         return type(tensor)(*items) if hasattr(tensor, "_fields") else type(tensor)(items)
     if isinstance(tensor, Mapping):
         skipped = {skip_keys} if isinstance(skip_keys, str) else set(skip_keys or ())
-        return type(tensor)(
+        return type(tensor)(  # type: ignore[call-arg]  # a mapping type built from a dict (dict, BatchEncoding, ...)
             {key: value if key in skipped else send_to_device(value, device, non_blocking, skip_keys)
              for key, value in tensor.items()}
         )

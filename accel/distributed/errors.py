@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch.distributed as dist
 
@@ -52,7 +52,7 @@ def named_collective(operation: str) -> Callable[[F], F]:
                     raise
                 raise named from error
 
-        return call  # type: ignore[return-value]
+        return cast(F, call)  # functools.wraps keeps function's signature
 
     return wrap
 

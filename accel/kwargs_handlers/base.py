@@ -10,9 +10,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:
+    from typing_extensions import dataclass_transform
 
 from accel._validation import closest
 
@@ -27,6 +33,10 @@ class KwargsHandler:
     """
 
     aliases: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    if TYPE_CHECKING:
+        # Every concrete handler is a dataclass (kwargs_handler or a script's @dataclass): this
+        # lets the type checker accept dataclasses.fields(self) below.
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def to_dict(self) -> dict[str, Any]:
         """Every field and its value, deep-copied (Accelerate's `to_dict`)."""
@@ -47,6 +57,7 @@ class KwargsHandler:
         return getattr(self, "_explicit", frozenset())
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True)
 def kwargs_handler(aliases: Mapping[str, str] | None = None) -> Callable[[type[H]], type[H]]:
     """Make `cls` a frozen keyword-only dataclass that accepts `aliases` and rejects typos.
 
@@ -65,7 +76,7 @@ def kwargs_handler(aliases: Mapping[str, str] | None = None) -> Callable[[type[H
             generated_init(self, **kwargs)
             object.__setattr__(self, "_explicit", frozenset(kwargs))
 
-        cls.__init__ = __init__  # type: ignore[method-assign]
+        cls.__init__ = __init__  # type: ignore[method-assign,assignment]  # replaces the generated __init__ on purpose
         cls.aliases = alias_map
         return cls
 

@@ -9,8 +9,16 @@ own hooks (torch.distributed.algorithms.ddp_comm_hooks), registered on the prepa
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import GradBucket
+    from torch.futures import Future
+
+    # A DDP communication hook: (its state, or a process group; the bucket) -> the reduced bucket.
+    CommHook = Callable[[Any, GradBucket], Future[torch.Tensor]]
 
 
 class DDPCommunicationHookType(str, enum.Enum):
@@ -64,7 +72,7 @@ def register_comm_hook(
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-    hooks = {
+    hooks: dict[DDPCommunicationHookType, CommHook] = {
         DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
         DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
         DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from accel._validation import check_bool, check_choice, check_int
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
@@ -115,7 +116,7 @@ def _check_patterns(value: object) -> tuple[str, ...]:
 
 # Accelerate's TERecipeKwargs/FP8RecipeKwargs fields that are not accel fields: mapped where they
 # mean something here, refused with the reason where they do not (never silently dropped).
-def _accelerate_te_fields(kwargs: dict[str, object]) -> dict[str, object]:
+def _accelerate_te_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` with Accelerate's `use_mxfp8_block_scaling`, `interval` and `override_linear_precision` resolved."""
     kwargs = dict(kwargs)
     if "use_mxfp8_block_scaling" in kwargs:
@@ -150,8 +151,8 @@ _decorated_init = FP8RecipeKwargs.__init__
 
 
 @functools.wraps(_decorated_init)
-def _init_with_accelerate_fields(self: FP8RecipeKwargs, **kwargs: object) -> None:
+def _init_with_accelerate_fields(self: FP8RecipeKwargs, **kwargs: Any) -> None:
     _decorated_init(self, **_accelerate_te_fields(kwargs))
 
 
-FP8RecipeKwargs.__init__ = _init_with_accelerate_fields  # type: ignore[method-assign]
+FP8RecipeKwargs.__init__ = _init_with_accelerate_fields  # type: ignore[method-assign]  # wrapped on purpose

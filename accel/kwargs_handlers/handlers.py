@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
@@ -40,7 +40,8 @@ class Handlers:
     def get(self, kind: type[H]) -> H:
         """The handler of type `kind` the user gave, else the environment's, else `kind()`."""
         handler = self.given.get(kind) or self.environment.get(kind)
-        return handler if handler is not None else kind()  # type: ignore[return-value]
+        # Both maps key each handler by its own type: what is found under kind is a kind.
+        return cast(H, handler) if handler is not None else kind()
 
     def with_environment(self, *handlers: KwargsHandler | None) -> Handlers:
         """A copy that falls back on `handlers` (None entries are ignored) for types not given."""

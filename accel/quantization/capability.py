@@ -71,7 +71,7 @@ def capability_line(device: torch.device) -> str:
     return line + (f"; not: {'; '.join(failing)}" if failing else "")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(mode: str, device_name: str) -> str | None:
     device = torch.device(device_name)
     if device.type == "meta":

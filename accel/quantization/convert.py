@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -50,7 +50,8 @@ def quantize_model(
     modules = dict(model.named_modules(remove_duplicate=False))
     replaced = [modules[d.name].weight for d in report.converted]
     with torch.no_grad():
-        replace_layers(model, report, lambda linear: quantized_layer(linear, mode, compute_dtype))
+        # The quantization plan takes nn.Linear layers only.
+        replace_layers(model, report, lambda linear: quantized_layer(cast(nn.Linear, linear), mode, compute_dtype))
     return replaced
 
 
@@ -66,7 +67,9 @@ def building_quantized(mode: QuantMode, compute_dtype: torch.dtype) -> Iterator[
     base = layer_class(mode)
     built: list[nn.Module] = []
 
-    def __init__(self: Any, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None) -> None:
+    def __init__(
+        self: Any, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None
+    ) -> None:
         base.__init__(self, in_features, out_features, bias=bias, mode=mode, compute_dtype=compute_dtype, device=device)
         if dtype is not None and self.bias is not None:
             self.bias.data = self.bias.data.to(dtype)
@@ -74,12 +77,12 @@ def building_quantized(mode: QuantMode, compute_dtype: torch.dtype) -> Iterator[
             self.quantize_weight(self.weight.data)
         built.append(self)
 
-    building = type(base.__name__, (base,), {"__init__": __init__, "__module__": base.__module__})
+    building = cast(type[nn.Linear], type(base.__name__, (base,), {"__init__": __init__, "__module__": base.__module__}))
     original = torch.nn.Linear
-    torch.nn.Linear = building  # type: ignore[misc]
+    torch.nn.Linear = building  # type: ignore[misc]  # patching the class on purpose, for the duration of the block
     try:
         yield
     finally:
-        torch.nn.Linear = original  # type: ignore[misc]
+        torch.nn.Linear = original  # type: ignore[misc]  # restoring the patched class
         for layer in built:
             layer.__class__ = base

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import bitsandbytes as bnb
 import bitsandbytes.functional as bnb_functional
@@ -49,6 +49,8 @@ def _compute(device_type: str) -> Iterator[None]:
 
 class QuantLinear4bit(bnb.nn.Linear4bit):
     """nf4 / fp4 weights (optionally with double-quantized scales), frozen; bias and input train."""
+
+    weight: bnb.nn.Params4bit  # Linear4bit keeps its weight as Params4bit (nn.Linear declares a Tensor)
 
     def __init__(
         self, in_features: int, out_features: int, bias: bool = True, *, mode: QuantMode,
@@ -172,7 +174,8 @@ class QuantLinear8bit(bnb.nn.Linear8bitLt):
         """The weight in float32 (int8), or the weight itself (int8-training)."""
         if self.trainable:
             return self.weight.detach()
-        scb = self.state.SCB if self.state.SCB is not None else self.weight.SCB
+        # Not trainable: the weight is the Int8Params that _quantize made.
+        scb = self.state.SCB if self.state.SCB is not None else cast(bnb.nn.Int8Params, self.weight).SCB
         return self.weight.data.float() * (scb.float().unsqueeze(1) / 127.0)
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:

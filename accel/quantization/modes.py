@@ -33,8 +33,9 @@ class QuantMode:
     def describe(self) -> str:
         """A few words for the conversion report and `accel env`."""
         if self.is_4bit:
+            assert self.quant_type is not None  # every 4-bit mode names its quant_type
             scales = ", double-quantized scales" if self.double_quant else ""
-            return f"4-bit {self.quant_type.upper()} frozen weights{scales}"  # type: ignore[union-attr]
+            return f"4-bit {self.quant_type.upper()} frozen weights{scales}"
         if self.trainable_weight:
             return "trainable weights, int8 matmul (LLM.int8())"
         return "8-bit frozen weights (LLM.int8())"

@@ -139,7 +139,9 @@ def create_quantizer(handlers: Handlers, precision: _Precision, device: torch.de
         raise RuntimeError(f"BitsandbytesKwargs(mode={options.mode!r}) cannot run on {device}: {reason}.")
     slow = slow_dtype_reason(device, dtype)
     if slow is not None:
-        warn_once(f"BitsandbytesKwargs(mode={options.mode!r}) computes in {dtype} and will be slow here: {slow}. It runs as asked.")
+        warn_once(
+            f"BitsandbytesKwargs(mode={options.mode!r}) computes in {dtype} and will be slow here: {slow}. It runs as asked."
+        )
     return Quantizer(options, dtype, device)
 
 

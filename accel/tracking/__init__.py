@@ -36,7 +36,10 @@ __all__ = [
     "register_tracker_class",
 ]
 
-_NOT_SHIPPED = "accel does not ship this tracker; wrap the library in a GeneralTracker subclass (docs/tracking.md) and pass an instance as log_with."
+_NOT_SHIPPED = (
+    "accel does not ship this tracker; wrap the library in a GeneralTracker subclass (docs/tracking.md) "
+    "and pass an instance as log_with."
+)
 __getattr__ = refusals(
     dict.fromkeys(("CometMLTracker", "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker"), _NOT_SHIPPED),
     __name__,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -40,7 +40,7 @@ def on_main_process(method: _Method) -> _Method:
             return None
         return method(self, *args, **kwargs)
 
-    return run  # type: ignore[return-value]
+    return cast(_Method, run)  # functools.wraps keeps method's signature
 
 
 class GeneralTracker:
@@ -58,6 +58,13 @@ class GeneralTracker:
     """
 
     main_process_only: bool = True
+
+    if TYPE_CHECKING:  # what a subclass defines (declared for the type checker only: __init__ checks they exist)
+        name: ClassVar[str]
+        requires_logging_directory: ClassVar[bool]
+
+        @property
+        def tracker(self) -> Any: ...
 
     def __init__(self, _blank: bool = False) -> None:
         if _blank:

@@ -86,7 +86,8 @@ class MLflowTracker(GeneralTracker):
             experiment_id = found[0].experiment_id
         else:
             experiment_id = mlflow.create_experiment(
-                name=self.experiment_name, tags=self.tags, artifact_location=self._local_artifact_uri()
+                name=self.experiment_name,  # type: ignore[arg-type]  # None reaches mlflow, which refuses it (as in Accelerate)
+                tags=self.tags, artifact_location=self._local_artifact_uri(),
             )
         self.active_run = mlflow.start_run(
             run_id=self.run_id, experiment_id=experiment_id, run_name=self.run_name,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from accel._validation import choice_error
 from accel.tracking.base import GeneralTracker
 from accel.tracking.logger_type import LoggerType
 from accel.tracking.registry import LOGGER_TYPE_TO_CLASS, NOT_PROVIDED, get_available_trackers, missing_install
 
-LogWith = Union[str, LoggerType, GeneralTracker]
-Selected = Union[str, GeneralTracker]
+LogWith = str | LoggerType | GeneralTracker
+Selected = str | GeneralTracker
 """A tracker chosen by `log_with`: its registered name, or a tracker instance the script built."""
 
 
@@ -128,11 +128,12 @@ def create_trackers(
         tracker_class = LOGGER_TYPE_TO_CLASS[choice]
         options = dict(init_kwargs.get(choice, {}))
         if tracker_class.requires_logging_directory:
-            trackers.append(tracker_class(project_name, logging_dir, **options))
+            tracker = tracker_class(project_name, logging_dir, **options)  # type: ignore[call-arg,arg-type]  # subclass __init__
+            trackers.append(tracker)
             continue
         if logging_dir is not None and "logging_dir" not in options and _takes_logging_dir(tracker_class):
             options["logging_dir"] = logging_dir
-        trackers.append(tracker_class(project_name, **options))
+        trackers.append(tracker_class(project_name, **options))  # type: ignore[arg-type]  # subclass __init__
     return trackers
 
 

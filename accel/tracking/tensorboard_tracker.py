@@ -45,7 +45,7 @@ class TensorBoardTracker(GeneralTracker):
         if installed("tensorboard"):
             from torch.utils.tensorboard import SummaryWriter
         else:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # type: ignore[no-redef]  # the same class, from the other package
         self.writer = SummaryWriter(self.logging_dir, **self.init_kwargs)
 
     @property

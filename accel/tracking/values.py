@@ -16,7 +16,7 @@ def as_scalar(key: str, value: Any) -> bool | int | float:
     if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, numbers.Number):
-        return float(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]  # Number declares no __float__; numpy's, Fraction, Decimal have one
     item = getattr(value, "item", None)
     size = getattr(value, "size", None)
     numel = value.numel() if hasattr(value, "numel") else (size if isinstance(size, int) else None)

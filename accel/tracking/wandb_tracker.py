@@ -70,7 +70,7 @@ class WandBTracker(GeneralTracker):
                      step=step, **kwargs)
 
     @on_main_process
-    def log_table(self, table_name: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
+    def log_table(self, table_name: str, columns: list[str | int] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None, **kwargs: Any) -> None:
         """A `wandb.Table` from `columns` and `data` rows, or from a pandas `dataframe`."""
         import wandb

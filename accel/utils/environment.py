@@ -12,10 +12,11 @@ import platform
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 
 _T = TypeVar("_T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 logger = logging.getLogger("accelerate.utils.environment")
 """Accelerate's logger name, not accel's: scripts and tests that configure or capture that logger
@@ -153,7 +154,7 @@ def _purge_test_methods(cls: type) -> None:
             setattr(cls, name, _purging(raw))
 
 
-def purge_accelerate_environment(func_or_cls: _T) -> _T:
+def purge_accelerate_environment(func_or_cls: _F) -> _F:
     """Decorator: the ACCELERATE_* (and accel's ACCEL_*) environment variables a call sets are
     undone when it returns or raises; those that existed get their values back.
 
@@ -165,8 +166,8 @@ def purge_accelerate_environment(func_or_cls: _T) -> _T:
     test that follows it (wrapping setUp alone would undo it before the test runs).
     """
     if not isinstance(func_or_cls, type):
-        return _purging(func_or_cls)  # type: ignore[arg-type, return-value]
-    cls = func_or_cls
+        return cast(_F, _purging(func_or_cls))  # functools.wraps keeps the function's signature
+    cls: type[Any] = func_or_cls
     _purge_test_methods(cls)
     previous = vars(cls).get("__init_subclass__")
 
@@ -174,8 +175,8 @@ def purge_accelerate_environment(func_or_cls: _T) -> _T:
         if previous is not None:
             previous.__get__(None, subclass)(**kwargs)
         else:
-            super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[misc]
+            super(cls, subclass).__init_subclass__(**kwargs)
         _purge_test_methods(subclass)
 
-    cls.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+    cls.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]  # replaced on purpose
     return func_or_cls

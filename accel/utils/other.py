@@ -43,7 +43,7 @@ def _restore_original_forward(model: nn.Module) -> None:
     if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is type(model).forward:
         model.__dict__.pop("forward", None)
     else:
-        model.forward = original  # type: ignore[method-assign]
+        model.forward = original
 
 
 def save(obj: Any, f: str | Path, save_on_each_node: bool = False, safe_serialization: bool = False) -> None:

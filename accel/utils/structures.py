@@ -51,12 +51,16 @@ def recursively_apply(
     or, with `error_on_other_type=True`, make it raise TypeError (callers that can only handle
     tensors say so at once instead of passing a wrong object on).
     """
-    options = {"test_type": test_type, "error_on_other_type": error_on_other_type}
     if isinstance(data, (tuple, list)):
-        return honor_type(data, (recursively_apply(func, item, *args, **options, **kwargs) for item in data))
+        return honor_type(data, (
+            recursively_apply(func, item, *args, test_type=test_type, error_on_other_type=error_on_other_type, **kwargs)
+            for item in data
+        ))
     if isinstance(data, Mapping):
-        return type(data)({key: recursively_apply(func, value, *args, **options, **kwargs)
-                           for key, value in data.items()})
+        return type(data)({  # type: ignore[call-arg]  # a mapping type built from a dict (dict, OrderedDict, ...)
+            key: recursively_apply(func, value, *args, test_type=test_type, error_on_other_type=error_on_other_type, **kwargs)
+            for key, value in data.items()
+        })
     if test_type(data):
         return func(data, *args, **kwargs)
     if error_on_other_type:
@@ -103,9 +107,11 @@ def concatenate(data: list[Any] | tuple[Any, ...], dim: int = 0) -> Any:
     if isinstance(first, (tuple, list)):
         return honor_type(first, (concatenate([item[i] for item in data], dim=dim) for i in range(len(first))))
     if isinstance(first, Mapping):
-        return type(first)({key: concatenate([item[key] for item in data], dim=dim) for key in first.keys()})
+        return type(first)(  # type: ignore[call-arg]  # as in recursively_apply
+            {key: concatenate([item[key] for item in data], dim=dim) for key in first.keys()}
+        )
     if isinstance(first, torch.Tensor):
-        return torch.cat(data, dim=dim)  # type: ignore[arg-type]
+        return torch.cat(data, dim=dim)
     if isinstance(data, (tuple, list)) and len(data) == 1:
         return first
     raise TypeError(f"Can only concatenate tensors but got {type(first)}")

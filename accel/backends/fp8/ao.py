@@ -136,7 +136,7 @@ class TorchAOFP8(FP8Backend):
         super()._check_recipe()
 
     def convert_module(self, module: nn.Module) -> nn.Module:
-        from torchao.float8 import convert_to_float8_training  # type: ignore[import-untyped]
+        from torchao.float8 import convert_to_float8_training
 
         module = self.convert_base(module)
         report = plan_conversion(
@@ -154,7 +154,7 @@ class TorchAOFP8(FP8Backend):
         return module
 
     def wrap_forward(self, forward: Forward) -> Forward:
-        layers = [m for m in forward.__self__.modules() if _is_float8_linear(m)]  # type: ignore[attr-defined]
+        layers = [m for m in forward.__self__.modules() if _is_float8_linear(m)]  # type: ignore[attr-defined]  # a bound method
         configs = (self._eval_config, self.ao_config)
         return AOForward(forward, self.base, layers, configs, self._fp8_in_eval, self._cpu)
 
@@ -235,6 +235,6 @@ def _has_nonfinite_grad(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def _is_float8_linear(module: nn.Module) -> bool:
-    from torchao.float8.float8_linear import Float8Linear  # type: ignore[import-untyped]
+    from torchao.float8.float8_linear import Float8Linear
 
     return isinstance(module, Float8Linear)

@@ -54,7 +54,7 @@ def fp8_gathered_models(models: Sequence[nn.Module]) -> list[nn.Module]:
 
 def precompute_scales(models: Sequence[nn.Module]) -> None:
     """After an optimizer step: every FP8-gathered weight's scale, in one all-reduce per model."""
-    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp  # type: ignore[import-untyped]
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
     for model in models:
         precompute_float8_dynamic_scale_for_fsdp(model)
@@ -65,12 +65,12 @@ def forget_scales(models: Sequence[nn.Module]) -> None:
     for model in models:
         for module in model.modules():
             if _gathered_in_fp8(module):
-                module.weight._local_tensor._precomputed_scale = None
+                module.weight._local_tensor._precomputed_scale = None  # type: ignore[union-attr]  # a DTensor, as checked
 
 
 def _gathered_in_fp8(module: nn.Module) -> bool:
     from torch.distributed.tensor import DTensor
-    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor  # type: ignore[import-untyped]
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
     weight = getattr(module, "weight", None)
     return isinstance(weight, DTensor) and isinstance(weight._local_tensor, WeightWithDynamicFloat8CastTensor)

@@ -37,7 +37,7 @@ def float8_config(recipe: FP8RecipeKwargs, scaling: str, fsdp_float8_all_gather:
     `fsdp_float8_all_gather` (a scaling in FSDP_FP8_ALL_GATHER): FSDP2 casts each weight shard to
     FP8 before its all-gather, so that the weights travel in 8 bits (torchtitan's setting).
     """
-    from torchao.float8 import CastConfig, Float8LinearConfig  # type: ignore[import-untyped]
+    from torchao.float8 import CastConfig, Float8LinearConfig
 
     config = dataclasses.replace(
         Float8LinearConfig.from_recipe_name(AO_RECIPES[scaling]), pad_inner_dim=True,
@@ -59,7 +59,7 @@ def high_precision_config() -> Any:
     torchao's documented ScalingType.DISABLED leaves a tensor in its original precision; the
     eval-mode switch of the ao backend installs this config while the model is not training.
     """
-    from torchao.float8 import CastConfig, Float8LinearConfig, ScalingType  # type: ignore[import-untyped]
+    from torchao.float8 import CastConfig, Float8LinearConfig, ScalingType
 
     def off() -> Any:
         return CastConfig(scaling_type=ScalingType.DISABLED)

@@ -84,7 +84,7 @@ class FP8Forward(ForwardWrapper):
     @property
     def module(self) -> torch.nn.Module:
         """The model whose forward this is."""
-        return self.__wrapped__.__self__  # type: ignore[attr-defined, no-any-return]
+        return self.__wrapped__.__self__  # type: ignore[attr-defined]  # __wrapped__ is the model's bound forward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._run(*args, **kwargs)

@@ -98,7 +98,7 @@ class MSAMPFP8(FP8Backend):
             "msamp.initialize (whose O1/O2 keep FP16 weights with a scale). Use backend='native' or 'te'."
         ),
     }
-    handler_types = (FP8RecipeKwargs, GradScalerKwargs)  # type: ignore[assignment]
+    handler_types = (FP8RecipeKwargs, GradScalerKwargs)  # type: ignore[assignment]  # FP8Backend's is inferred as a 1-tuple
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
@@ -188,7 +188,7 @@ class MSAMPFP8(FP8Backend):
         # The new optimizer shares the old one's param_group dicts, so an LR scheduler built on the old one
         # still sets the learning rate that steps. Mark the old one as stepped, as torch's scheduler hook
         # would, so that the scheduler does not warn that it is stepped before its optimizer.
-        old._opt_called = True  # type: ignore[attr-defined]
+        old._opt_called = True  # type: ignore[attr-defined]  # torch's scheduler hook sets this private flag
         pairing.ready = True
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -203,13 +203,15 @@ class MSAMPFP8(FP8Backend):
         if scaled is None or not self.scaler.scaler.is_enabled():
             self.scaler.unscale_(optimizer)
             return
-        self.scaler.unscale_(scaled)  # type: ignore[arg-type]
+        self.scaler.unscale_(scaled)  # type: ignore[arg-type]  # _TensorParams stands in for the optimizer
         grads = [p.grad for p in self._scaling_params if p.grad is not None]
         if grads:
             device = grads[0].device
-            found = self.scaler.scaler._found_inf_per_device(scaled)  # type: ignore[arg-type]
+            found = self.scaler.scaler._found_inf_per_device(scaled)  # type: ignore[arg-type]  # as above
             found_inf = found.setdefault(device, torch.zeros((), dtype=torch.float32, device=device))
-            inv_scale = self.scaler.scaler._scale.double().reciprocal().float().to(device)  # type: ignore[union-attr]
+            scale = self.scaler.scaler._scale
+            assert scale is not None  # GradScaler.unscale_ above asserted it is set
+            inv_scale = scale.double().reciprocal().float().to(device)
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
         scaled.unscaled = True
 
@@ -220,13 +222,13 @@ class MSAMPFP8(FP8Backend):
         if not scaled.unscaled:
             self.unscale_(optimizer)
         try:
-            return self.scaler.step(scaled, closure)  # type: ignore[arg-type]
+            return self.scaler.step(scaled, closure)  # type: ignore[arg-type]  # _TensorParams stands in for the optimizer
         finally:
             scaled.unscaled = False
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """MS-AMP's own clip_grad_norm_, which handles its ScalingParameters' gradients."""
-        return _import_msamp().clip_grad_norm_(parameters, max_norm, norm_type=norm_type)  # type: ignore[no-any-return]
+        return _import_msamp().clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """Weights in high precision: MS-AMP's scaled FP16 weights (ScalingTensor) are dequantized."""
@@ -334,6 +336,6 @@ def _library_reason() -> str | None:
 
 
 def _import_msamp() -> ModuleType:
-    import msamp  # type: ignore[import-not-found]
+    import msamp
 
     return msamp

@@ -185,7 +185,7 @@ class NativeFP8(FP8Backend):
         return self._generators[key]
 
     def wrap_forward(self, forward: Forward) -> Forward:
-        layers = list(float8_layers(forward.__self__).values())  # type: ignore[attr-defined]
+        layers = list(float8_layers(forward.__self__).values())  # type: ignore[attr-defined]  # a bound method
         return FP8TrainingForward(forward, self.base, layers, self.recipe.use_autocast_during_eval)
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -253,17 +253,18 @@ class NativeFP8(FP8Backend):
     def _fp8_nonfinite(self, group: CompactGroup | None) -> torch.Tensor:
         """0-dim bool tensor, the same on every process: did an FP8 tensor or FP8 gradient hold inf/NaN?"""
         nonfinite = self.scalers.found_nonfinite()
-        if group is not None and len(group):
-            nonfinite = nonfinite | group.found_nonfinite()  # type: ignore[operator]
+        found = group.found_nonfinite() if group is not None else None  # None when the group is empty
+        if found is not None:
+            nonfinite = nonfinite | found
         return any_process(nonfinite)
 
     def _unscale_scaled(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None) -> None:
         """The loss scaler's unscale_, which also counts an FP8 inf/NaN as found, so that the scale backs off."""
         assert self.loss_scaler is not None
         stepper = self._steppers.setdefault(id(optimizer), LevelStep(optimizer, group, self.level))
-        self.loss_scaler.unscale_(stepper)  # type: ignore[arg-type]
+        self.loss_scaler.unscale_(stepper)  # type: ignore[arg-type]  # LevelStep stands in for the optimizer
         nonfinite = self._fp8_nonfinite(group)
-        for found in self.loss_scaler.scaler._found_inf_per_device(stepper).values():  # type: ignore[arg-type]
+        for found in self.loss_scaler.scaler._found_inf_per_device(stepper).values():  # type: ignore[arg-type]  # as above
             found.add_(nonfinite.to(found.dtype))
         stepper.unscaled = True
 
@@ -276,7 +277,7 @@ class NativeFP8(FP8Backend):
         if not stepper.unscaled:
             self.unscale_(optimizer)
         stepper.group = group
-        stepped = self.loss_scaler.step(stepper, closure)  # type: ignore[arg-type]
+        stepped = self.loss_scaler.step(stepper, closure)  # type: ignore[arg-type]  # LevelStep stands in for the optimizer
         stepper.unscaled = False
         if not stepped and group is not None:
             group.discard()

@@ -78,7 +78,7 @@ class TransformerEngineFP8(FP8Backend):
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
         self.te = _import_te()
-        from transformer_engine.common import recipe as recipe_module  # type: ignore[import-not-found]
+        from transformer_engine.common import recipe as recipe_module
 
         reason = recipe_support_reason(self.te, self.scaling, device)
         if reason is not None:
@@ -179,7 +179,7 @@ def _library_reason() -> str | None:
 
 
 def _import_te() -> ModuleType:
-    import transformer_engine.pytorch as te  # type: ignore[import-not-found]
+    import transformer_engine.pytorch as te
 
     return te
 

@@ -13,7 +13,7 @@ import fnmatch
 import weakref
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -105,7 +105,8 @@ def convert_linears(
     weight in FP8; the nn.Linear's weight Parameter becomes its master, which the optimizer keeps.
     TE's modules are built on the training `device` (TE runs on CUDA only), wherever the model is.
     """
-    replace_layers(model, report, lambda linear: _te_linear(te, linear, params, masters, device))
+    # Conv1D is refused for te, so the layers the report converts are nn.Linear.
+    replace_layers(model, report, lambda linear: _te_linear(te, cast(nn.Linear, linear), params, masters, device))
 
 
 def convert_layer_norms(
@@ -165,7 +166,7 @@ def _decide_norm(name: str, norm: Any, patterns: tuple[str, ...], converted: boo
 def _te_linear(
     te: ModuleType, linear: nn.Linear, params: ParameterMap, masters: MasterWeights | None, device: torch.device
 ) -> nn.Module:
-    weight = linear.weight
+    weight = cast(nn.Parameter, linear.weight)  # nn.Module keeps a registered weight a Parameter
     with masters.init_context() if masters is not None else contextlib.nullcontext():
         layer = te.Linear(
             linear.in_features,

@@ -11,8 +11,9 @@ linear_backward), so compiled and eager give the same numbers. The graph around 
 compiled as usual; nothing inside them is fused.
 
 The operators find their layer by a handle (an int the graph holds as a constant). The backward
-operator writes into the layer's ``compile_token`` (a 0-dim tensor handed through forward), so the compiler neither drops it (under
-O1/O2 its gradients leave through the FP8 store, not through its outputs) nor reorders it.
+operator writes into the layer's ``compile_token`` (a 0-dim tensor handed through forward), so the
+compiler neither drops it (under O1/O2 its gradients leave through the FP8 store, not through its
+outputs) nor reorders it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def _backward(
         layer.transposed_weight, (needs[0], needs[1], needs[2]),
     )
     token.add_(1)
-    return tuple(grad_y.new_empty(0) if g is None else g for g in grads)  # type: ignore[return-value]
+    grad_x, grad_w, grad_b = (grad_y.new_empty(0) if g is None else g for g in grads)
+    return grad_x, grad_w, grad_b
 
 
 @_backward.register_fake
@@ -103,7 +105,7 @@ def _backward_fake(
     weight_shape = tuple(layer.weight.shape)
     grad_x = grad_y.new_empty((grad_y.shape[0], layer.in_features), dtype=x_dtype) if needs[0] else grad_y.new_empty(0)
     grad_w = grad_y.new_empty(weight_shape, dtype=weight_dtype) if needs[1] and not compact else grad_y.new_empty(0)
-    with_b = needs[2] and bias_dtype is not None and not (compact and layer.compact.bias is not None)  # type: ignore[union-attr]
+    with_b = needs[2] and bias_dtype is not None and not (layer.compact is not None and layer.compact.bias is not None)
     grad_b = grad_y.new_empty((layer.out_features,), dtype=bias_dtype) if with_b else grad_y.new_empty(0)
     return grad_x, grad_w, grad_b
 

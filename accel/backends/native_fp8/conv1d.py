@@ -13,6 +13,9 @@ FP8 writes the weight as (out, in), and the weight gradient comes out in the (in
 
 from __future__ import annotations
 
+from typing import cast
+
+import torch
 from torch import nn
 
 from accel.backends.conversion import is_conv1d
@@ -23,6 +26,8 @@ class Float8Conv1D(Float8Linear):
     """A transformers Conv1D computing in FP8; build it with :meth:`from_conv1d`."""
 
     transposed_weight = True
+    nx: int
+    nf: int
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
@@ -41,12 +46,12 @@ class Float8Conv1D(Float8Linear):
                 f"conv1d={type(conv1d).__name__} is not supported; accepted: a transformers Conv1D "
                 "(transformers.pytorch_utils.Conv1D, weight of shape (nx, nf))"
             )
-        nx, nf = conv1d.weight.shape
+        nx, nf = cast(torch.Tensor, conv1d.weight).shape  # is_conv1d checked: a 2-D tensor
         layer: Float8Conv1D = cls._take_over(conv1d, int(nx), int(nf), config)
         layer.nx, layer.nf = int(nx), int(nf)
         return layer
 
-    def to_linear(self) -> nn.Module:
+    def to_linear(self) -> nn.Module:  # type: ignore[override]  # gives back the Conv1D, which is not an nn.Linear
         """The transformers Conv1D this layer was made from, holding its current Parameters."""
         if "_replaced_linear" not in self.__dict__:
             raise RuntimeError("Float8Conv1D.to_linear() needs the Conv1D it was made from (use from_conv1d)")

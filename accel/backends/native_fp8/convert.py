@@ -7,6 +7,7 @@ the original names, and the FP8 scaling state saved and restored beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import torch
 from torch import nn
@@ -40,7 +41,11 @@ def convert_linears(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, Float8Linear),
         conv1d_refusal=refusal,
     )
-    replace_layers(model, report, lambda m: make_conv1d(m) if make_conv1d is not None and is_conv1d(m) else make_layer(m))
+    # The layers the report converts are nn.Linear, or Conv1D when make_conv1d is given.
+    replace_layers(
+        model, report,
+        lambda m: make_conv1d(m) if make_conv1d is not None and is_conv1d(m) else make_layer(cast(nn.Linear, m)),
+    )
     return report
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 
@@ -41,7 +42,9 @@ from accel.backends.native_fp8.rounding import random_keys
 _SUPPORTED_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _operand_kernel(x: torch.Tensor, factor: torch.Tensor, fp8_dtype: torch.dtype, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _operand_kernel(
+    x: torch.Tensor, factor: torch.Tensor, fp8_dtype: torch.dtype, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(upcast(cast_to_fp8(x, factor)) in out_dtype, max|x| in float32)``: what gets compiled."""
     product = x.float() * factor
     magnitude = product.abs().clamp(max=SPLIT_LIMIT)
@@ -97,7 +100,8 @@ def compile_kernel(
         # graph's code that inductor's cache cannot key (a warning, and no cache across processes).
         graph = make_fx(lambda *inputs: kernel(*inputs), tracing_mode="symbolic")(*examples)
         symbolic = [node.meta["val"] for node in graph.graph.nodes if node.op == "placeholder"]
-        return compile_fx(graph, symbolic)  # type: ignore[no-any-return]
+        # Outside AOT mode compile_fx gives the compiled callable (its annotation also lists AOT's outputs).
+        return cast(Callable[..., tuple[torch.Tensor, ...]], compile_fx(graph, symbolic))
 
 
 @functools.cache
@@ -106,10 +110,13 @@ def _compiled(name: str, first_dtype: torch.dtype, *dtypes: torch.dtype) -> Call
     and 0-dim float32 scalars after it (for "half", the two int32 random keys); ``dtypes`` complete its key."""
     if name == "half":
         return compile_kernel(to_half_keyed, [torch.zeros(16), torch.zeros(2, dtype=torch.int32)])
-    body, scalars = {"operand": (_operand_kernel, 1), "delayed": (_delayed_operand_kernel, 3), "gradient": (_gradient_kernel, 3)}[name]
+    kernels: dict[str, tuple[Callable[..., tuple[torch.Tensor, ...]], int]] = {
+        "operand": (_operand_kernel, 1), "delayed": (_delayed_operand_kernel, 3), "gradient": (_gradient_kernel, 3)
+    }
+    body, scalars = kernels[name]
 
     def kernel(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return body(*inputs, *dtypes)  # type: ignore[operator, no-any-return]
+        return body(*inputs, *dtypes)
 
     return compile_kernel(kernel, [torch.zeros(16, dtype=first_dtype), *(torch.ones(()) for _ in range(scalars))])
 

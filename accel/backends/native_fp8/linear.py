@@ -16,7 +16,7 @@ are kept in FP8, while ``state_dict()`` still gives real values in the original 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -129,8 +129,9 @@ class Float8Linear(nn.Linear):
         nn.Module.__init__(layer)
         layer.in_features = in_features
         layer.out_features = out_features
-        layer.weight = module.weight
-        layer.register_parameter("bias", module.bias)  # type: ignore[arg-type]
+        # module is an nn.Linear or a transformers Conv1D: weight is a Parameter, bias one or None.
+        layer.weight = cast(nn.Parameter, module.weight)
+        layer.register_parameter("bias", cast("nn.Parameter | None", module.bias))
         layer.train(module.training)
         for name in _HOOK_ATTRIBUTES:
             if name in module.__dict__:
@@ -212,7 +213,7 @@ class Float8Linear(nn.Linear):
         transposed = self.transposed_weight
         if not self.enabled:
             if self.compact is not None:
-                return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact, transposed)  # type: ignore[no-untyped-call]
+                return CompactLinearFunction.apply(x, self.weight, self.bias, self.compact, transposed)
             return F.linear(x, self.weight.t() if transposed else self.weight, self.bias)
         device_type = x.device.type
         scalers = (self.input_scaler, self.weight_scaler, self.grad_scaler)
@@ -223,12 +224,12 @@ class Float8Linear(nn.Linear):
             # The FP8 GEMMs are done as they are (autocast must not cast their fp32 scales or
             # operands), and y comes out in the autocast dtype, as nn.Linear's would.
             with torch.autocast(device_type, enabled=False):
-                y: torch.Tensor = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
+                y: torch.Tensor = Float8LinearFunction.apply(
                     x2, self.weight, self.bias, scalers, torch.get_autocast_dtype(device_type), self.compact,
                     self.fp8_weight, transposed,
                 )
         else:
-            y = Float8LinearFunction.apply(  # type: ignore[no-untyped-call]
+            y = Float8LinearFunction.apply(
                 x2, self.weight, self.bias, scalers, x.dtype, self.compact, self.fp8_weight, transposed
             )
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -252,7 +253,7 @@ class Float8Linear(nn.Linear):
 
     def _apply(self, fn: Any, recurse: bool = True) -> Float8Linear:
         # Scalers follow the weight's device but keep their own dtypes (fp32/bool/int64).
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        super()._apply(fn, recurse)
         if self.fp8_weight is not None:
             self.fp8_weight.invalidate()
         for scaler in (self.input_scaler, self.weight_scaler, self.grad_scaler):
@@ -279,7 +280,7 @@ class Float8Linear(nn.Linear):
                 value = state_dict.get(prefix + name)
                 if isinstance(value, torch.Tensor) and value.shape == part.param.shape:
                     state_dict[prefix + name] = part.storage.load(value)
-        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[no-untyped-call]
+        super()._load_from_state_dict(state_dict, prefix, *args)
         if self.fp8_weight is not None:
             self.fp8_weight.invalidate()
 

@@ -122,6 +122,7 @@ def one_line(error: BaseException) -> str:
 
 def _main(argv: list[str]) -> int:
     """`python -m accel.cli.config.check cpu|gpu GPU_IDS`: probe this process's environment, answer in JSON."""
+    answer: dict[str, str | list[str] | None]
     try:
         answer = {"refused": None, "notes": probe(os.environ, argv[0] == "cpu", argv[1], "nothing was started")}
     except CliError as error:

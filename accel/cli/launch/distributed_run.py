@@ -14,6 +14,7 @@ wrapper runs the same launcher (same arguments, same rendezvous), but:
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import shutil
@@ -78,9 +79,9 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
     except ChildFailedError as error:
         first, running = first_record(failures), seen.get("running", [])
         rank, status = _first_failure(error, first, running)
-        for line in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
-            if line:
-                print(line, file=sys.stderr, flush=True)
+        for note in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
+            if note:
+                print(note, file=sys.stderr, flush=True)
         print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
         return exit_status(status)
     except RanksDidNotFinish as error:
@@ -111,7 +112,7 @@ def _first_failure(error: Any, record: dict[str, Any], stopped: Sequence[int]) -
     claimed = record.get("rank")
     if killed and (claimed not in found or record.get("lost_peer")):
         return killed[0], found[killed[0]].exitcode
-    if claimed in found:
+    if claimed is not None and claimed in found:
         return claimed, found[claimed].exitcode if found[claimed].exitcode >= 0 else UNCAUGHT_EXCEPTION_STATUS
     rank, failure = error.get_first_failure()
     return rank, failure.exitcode
@@ -149,11 +150,11 @@ def _start_failure(error: Exception, args: object, label: str) -> str:
     return f"torch.distributed.run could not start {label}: {type(error).__name__}: {reason}"
 
 
-def _world_size(args: object) -> str:
+def _world_size(args: argparse.Namespace) -> str:
     """nnodes x nproc_per_node as text; torchrun keeps nnodes as '2' or as a range such as '1:1'."""
     try:
-        nodes = str(getattr(args, "nnodes")).split(":")[-1]
-        return str(int(nodes) * int(getattr(args, "nproc_per_node")))
+        nodes = str(args.nnodes).split(":")[-1]
+        return str(int(nodes) * int(args.nproc_per_node))
     except (TypeError, ValueError):
         return "?"
 

@@ -17,7 +17,10 @@ import contextlib
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 DEFAULT_GRACE_S = 30
 """Seconds the others may run after the first worker exited, when rank_exit_grace is not given."""
@@ -33,7 +36,7 @@ class RanksDidNotFinish(Exception):
         super().__init__(f"ranks {stuck} did not finish within {grace:g} s of ranks {sorted(exited)} exiting")
 
 
-def _grace_agent(base: type, grace: float, seen: dict[str, Any]) -> type:
+def _grace_agent(base: type[LocalElasticAgent], grace: float, seen: dict[str, Any]) -> type[LocalElasticAgent]:
     """A subclass of torchrun's LocalElasticAgent (`base`) that enforces `grace`.
 
     When a worker fails, `seen["running"]` lists the ranks that were still running then, which
@@ -41,7 +44,7 @@ def _grace_agent(base: type, grace: float, seen: dict[str, Any]) -> type:
     """
     from torch.distributed.elastic.agent.server.api import WorkerState
 
-    class GraceAgent(base):  # type: ignore[valid-type,misc]
+    class GraceAgent(base):  # type: ignore[valid-type,misc]  # a base class given at run time
         _first_exit: float | None = None
 
         def _monitor_workers(self, worker_group: Any) -> Any:
@@ -87,8 +90,8 @@ def rank_exit_grace(grace: float) -> Iterator[dict[str, Any]]:
 
     original = api.LocalElasticAgent
     seen: dict[str, Any] = {}
-    api.LocalElasticAgent = _grace_agent(original, grace, seen)
+    api.LocalElasticAgent = _grace_agent(original, grace, seen)  # type: ignore[misc]  # patched for the block
     try:
         yield seen
     finally:
-        api.LocalElasticAgent = original
+        api.LocalElasticAgent = original  # type: ignore[misc]  # restored
