@@ -14,28 +14,28 @@ from accel._warnings import PrecisionWarning
 
 if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy names
     from accel.accelerator import Accelerator as Accelerator
+    from accel.backends.loss_scaler import LossScaleOverflowError as LossScaleOverflowError
+    from accel.big_modeling import init_empty_weights as init_empty_weights
+    from accel.big_modeling import init_on_device as init_on_device
     from accel.checkpointing import ProjectConfiguration as ProjectConfiguration
     from accel.data.configuration import DataLoaderConfiguration as DataLoaderConfiguration
-    from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
-    from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
+    from accel.data.skipping import skip_first_batches as skip_first_batches
     from accel.distributed.partial_state import AcceleratorState as AcceleratorState
     from accel.distributed.partial_state import PartialState as PartialState
-    from accel.data.skipping import skip_first_batches as skip_first_batches
     from accel.distributed.types import DistributedType as DistributedType
-    from accel.big_modeling import init_empty_weights as init_empty_weights
     from accel.fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
-    from accel.big_modeling import init_on_device as init_on_device
-    from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
-    from accel.launchers import debug_launcher as debug_launcher
-    from accel.launchers import notebook_launcher as notebook_launcher
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import BitsandbytesKwargs as BitsandbytesKwargs
     from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import FP8RecipeKwargs as FP8RecipeKwargs
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
-    from accel.backends.loss_scaler import LossScaleOverflowError as LossScaleOverflowError
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
+    from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
+    from accel.launchers import debug_launcher as debug_launcher
+    from accel.launchers import notebook_launcher as notebook_launcher
+    from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
 
 _EXPORTS = {
     "Accelerator": "accel.accelerator",

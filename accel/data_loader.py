@@ -15,12 +15,11 @@ importing one still runs; using one raises NotImplementedError with the reason.
 """
 
 from accel._accelerate_names import refusals
-
+from accel.data.iterable_sharding import IterableDatasetShard
 from accel.data.loader import PreparedDataLoader
 from accel.data.loader import PreparedDataLoader as DataLoaderShard
 from accel.data.loader_options import SeededRandomSampler as SeedableRandomSampler
 from accel.data.prepare import prepare_data_loader
-from accel.data.iterable_sharding import IterableDatasetShard
 from accel.data.skipping import SkipBatchSampler, SkipDataLoader, skip_first_batches
 
 __all__ = [

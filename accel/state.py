@@ -2,8 +2,8 @@
 accel.distributed.partial_state and accel.training.gradient_state for what they do and how they
 differ from Accelerate's: no singletons; `GradientState()` is the running Accelerator's)."""
 
-from accel.training.gradient_state import GradientState
 from accel.distributed.partial_state import AcceleratorState, PartialState
 from accel.distributed.types import DistributedType
+from accel.training.gradient_state import GradientState
 
 __all__ = ["AcceleratorState", "DistributedType", "GradientState", "PartialState"]

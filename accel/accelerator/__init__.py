@@ -5,8 +5,8 @@ re-exported here for code that imports them from this package."""
 
 from accel.accelerator.accelerator import Accelerator
 from accel.data.configuration import DataLoaderConfiguration
-from accel.training.accumulation import GradientAccumulationPlugin
 from accel.data.loader import PreparedDataLoader
+from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.scheduler import AcceleratedScheduler
 

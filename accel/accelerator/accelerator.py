@@ -13,45 +13,45 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
+from accel import checkpointing
 from accel._validation import check_bool
 from accel.accelerator import options, prepare_checks
-from accel import checkpointing
-from accel.training import compiling
-from accel.distributed import process_group as distributed
-from accel.training import model as model_utils
-from accel.data.configuration import DataLoaderConfiguration
-from accel.training.accumulation import GradientAccumulationPlugin
-from accel.data.loader import PreparedDataLoader
-from accel.data.loader_options import check_dataloader_config
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
-from accel.training.gradient_state import GradientState
-from accel.training.out_of_memory import release_memory
-from accel.training.optimizer import AcceleratedOptimizer
-from accel.training.prepared import PreparedObjects
-from accel.distributed.partial_state import AcceleratorState
 from accel.accelerator.process_methods import ProcessMixin
-from accel.training.scheduler import AcceleratedScheduler
-from accel.training.strategy import ParallelStrategy
-from accel.data.skipping import skip_first_batches
-from accel.distributed.process_state import ProcessState
 from accel.accelerator.synchronizing import SyncMixin
 from accel.accelerator.tracking_methods import TrackingMixin
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
+from accel.data.configuration import DataLoaderConfiguration
+from accel.data.loader import PreparedDataLoader
+from accel.data.loader_options import check_dataloader_config
+from accel.data.skipping import skip_first_batches
+from accel.distributed import process_group as distributed
+from accel.distributed.partial_state import AcceleratorState
+from accel.distributed.process_state import ProcessState
 from accel.environment import check_environment
+from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
     collect_handlers,
 )
-from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
+from accel.training import compiling
+from accel.training import model as model_utils
+from accel.training.accumulation import GradientAccumulationPlugin
+from accel.training.gradient_state import GradientState
+from accel.training.optimizer import AcceleratedOptimizer
+from accel.training.out_of_memory import release_memory
+from accel.training.prepared import PreparedObjects
+from accel.training.scheduler import AcceleratedScheduler
+from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
 

@@ -10,14 +10,14 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from accel._warnings import warn_once
 from accel import checkpointing
-from accel.training import model as model_utils
-from accel.checkpointing.hooks import LoadHook, SaveHook
-from accel.checkpointing.safetensors_io import require_safetensors_writer
-from accel.checkpointing.model_files import parse_size, write_model_files, write_object
+from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
+from accel.checkpointing.hooks import LoadHook, SaveHook
+from accel.checkpointing.model_files import parse_size, write_model_files, write_object
+from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.quantization import Quantizer
+from accel.training import model as model_utils
 from accel.training.prepared import PreparedObjects
 from accel.training.strategy import ParallelStrategy
 
@@ -74,7 +74,9 @@ class FilesMixin:
         if self.is_main_process:
             write_object(obj, f, safe_serialization)
 
-    def save_state(self, output_dir: str | Path | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any) -> Path:
+    def save_state(
+        self, output_dir: str | Path | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+    ) -> Path:
         """Write a checkpoint of everything needed to resume exactly; returns its folder.
 
         Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).

@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from accel._validation import check_bool, check_int
-from accel.data.configuration import DataLoaderConfiguration
-from accel.training.accumulation import GradientAccumulationPlugin
 from accel.backends.base import PrecisionBackend
+from accel.data.configuration import DataLoaderConfiguration
 from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
+from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from accel.training.optimizer import AcceleratedOptimizer
 from accel.backends.base import PrecisionBackend
+from accel.training.optimizer import AcceleratedOptimizer
 
 if TYPE_CHECKING:
     from accel.quantization import Quantizer

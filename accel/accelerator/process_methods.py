@@ -11,13 +11,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accel.distributed import operations
 from accel.data.loader import PreparedDataLoader
-from accel.training.gradient_state import GradientState
+from accel.distributed import operations
 from accel.distributed.padding import pad_across_processes
 from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.distributed.types import DistributedType
+from accel.training.gradient_state import GradientState
 
 
 class ProcessMixin:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,9 +15,9 @@ from torch import nn
 from torch.distributed.algorithms.join import Join, Joinable
 
 from accel.distributed import operations
-from accel.training.compiling import is_compiled
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers, ProfileKwargs
+from accel.training.compiling import is_compiled
 from accel.training.prepared import PreparedObjects
 from accel.training.strategy import ParallelStrategy
 

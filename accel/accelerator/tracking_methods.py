@@ -80,7 +80,7 @@ class TrackingMixin:
             )
         options = check_tracker_kwargs("log_kwargs", log_kwargs, self.log_with) if log_kwargs else {}
         for tracker in self._trackers:
-            extra = options.get(tracker.name, {})  # type: ignore[attr-defined]  # each subclass defines name
+            extra = options.get(tracker.name, {})
             tracker.log(values, step=step, **extra)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
@@ -93,9 +93,9 @@ class TrackingMixin:
         if not self._trackers:
             return GeneralTracker(_blank=True)
         for tracker in self._trackers:
-            if tracker.name == name:  # type: ignore[attr-defined]  # each subclass defines name
-                return tracker.tracker if unwrap else tracker  # type: ignore[attr-defined]  # each subclass defines tracker
-        running = [tracker.name for tracker in self._trackers]  # type: ignore[attr-defined]  # each subclass defines name
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        running = [tracker.name for tracker in self._trackers]
         raise ValueError(f"get_tracker({name!r}): no such tracker is running; running: {running}.")
 
     def _finish_trackers(self) -> None:

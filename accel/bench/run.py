@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from accel.bench.cases import Case, build_accelerator, one_line
-from accel.cli.capabilities import BACKEND_REFUSALS
 from accel.bench.memory_use import PeakMemory, state_bytes
 from accel.bench.workload import Workload
+from accel.cli.capabilities import BACKEND_REFUSALS
 
 
 @dataclass

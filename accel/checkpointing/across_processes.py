@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from accel.distributed import operations
 from accel.checkpointing import layout
 from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
 from accel.checkpointing.rng import capture_rng
+from accel.distributed import operations
 
 if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost

@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accel.checkpointing.across_processes import agree, on_main
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.hooks import models_loaded_by_accel
 from accel.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from accel.checkpointing.naming import leftover_of, numbered_checkpoints
-from accel.checkpointing.across_processes import agree, on_main
 from accel.checkpointing.project import check_folder
 from accel.checkpointing.sharded_load import read_shards
 from accel.checkpointing.training_state import apply, stage

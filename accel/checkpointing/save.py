@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel._version import __version__
+from accel.checkpointing.across_processes import agree, on_main
 from accel.checkpointing.compat import fp8_setup
 from accel.checkpointing.hooks import files_saved_by_hooks
 from accel.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
 from accel.checkpointing.naming import next_number, numbered_name, to_rotate_out
-from accel.checkpointing.across_processes import agree, on_main
 from accel.checkpointing.project import check_folder
+from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.serialization import save_tensors, save_torch
 from accel.checkpointing.sharded import fsdp_record, saves_shards, shard_files, write_shards
 from accel.checkpointing.training_state import Snapshot, collect
@@ -27,7 +28,6 @@ from accel.checkpointing.writer import (
     remove_folder,
     write_file,
 )
-from accel.checkpointing.safetensors_io import require_safetensors_writer
 
 if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accel.checkpointing import layout
+from accel.checkpointing.across_processes import averaged, own_files, per_process_objects, warn_no_rng
 from accel.checkpointing.compat import contents_of, optimizer_problems, setup_problems
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.manifest import Manifest
@@ -27,7 +28,6 @@ from accel.checkpointing.models import (
     model_weights,
     weight_problems,
 )
-from accel.checkpointing.across_processes import averaged, own_files, per_process_objects, warn_no_rng
 from accel.checkpointing.rng import restore_rng
 from accel.checkpointing.serialization import check_safe, load_tensors, load_torch, tensor_shapes
 from accel.checkpointing.sharded import (

@@ -93,9 +93,9 @@ def _reference_first(names: list[str], reference: str) -> list[str]:
 
 def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
     """Every (case, mode) in turn, with a progress bar over all their steps."""
-    from accel.bench.run import load_compiler, run_case
-
     from dataclasses import replace
+
+    from accel.bench.run import load_compiler, run_case
 
     # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
     # otherwise be charged to the first case's memory and time; so would loading the compiler.

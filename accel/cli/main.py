@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from accel._version import __version__
 from accel.cli import bench, env, selftest
 from accel.cli.config import command as config_command
-from accel.cli.launch import command as launch
 from accel.cli.errors import CANCELLED, CliError
+from accel.cli.launch import command as launch
 from accel.cli.suggest import SuggestingParser, unknown_flags_error
 
 DESCRIPTION = (

@@ -11,8 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from accel.cli.launch import command as launch
 from accel.cli.arguments import given_settings
+from accel.cli.launch import command as launch
 from accel.settings import ALL_SETTINGS
 
 COMMAND = "accel test"

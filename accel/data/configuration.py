@@ -14,7 +14,6 @@ from typing import Any
 
 from accel._validation import check_bool, check_int, check_optional_bool
 
-
 _LOADER_FLAGS = ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking", "use_stateful_dataloader")
 
 

@@ -34,11 +34,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from accel.distributed import operations
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import loader_options
-from accel.distributed.operations import Keep
 from accel.data.sharding import Sharding
+from accel.distributed import operations
+from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
 
 

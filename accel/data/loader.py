@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from accel._tree import map_tensors
 from accel.data.configuration import DataLoaderConfiguration
+from accel.data.iterable_sharding import IterableSharding, TaggedBatch, shard_iterable_loader
 from accel.data.loader_options import check_dataloader_config, seed_loader
 from accel.data.position import (
     apply_rng,
@@ -39,12 +40,11 @@ from accel.data.position import (
     generators,
     length,
 )
-from accel.training.gradient_state import GradientState
-from accel.data.iterable_sharding import IterableSharding, TaggedBatch, shard_iterable_loader
-from accel.distributed.operations import Keep
 from accel.data.sharding import shard_loader
 from accel.data.skipping import SkippedEpochStart, skipping_loader
+from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
+from accel.training.gradient_state import GradientState
 
 _END = object()
 """Returned by next() on an exhausted iterator."""

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader import PreparedDataLoader
-from accel.training.gradient_state import GradientState
 from accel.distributed.partial_state import current_process_state
+from accel.training.gradient_state import GradientState
 
 _RNG_TYPES = ("generator",)
 """What accel synchronises itself: the order each epoch draws is taken from process 0."""

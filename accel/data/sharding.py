@@ -44,9 +44,9 @@ from torch.utils.data import (
 )
 from torch.utils.data.distributed import DistributedSampler
 
-from accel.distributed import operations
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import SeededRandomSampler, loader_options
+from accel.distributed import operations
 from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
 

@@ -29,9 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accel.distributed import operations
-
-from accel.distributed import splitting
+from accel.distributed import operations, splitting
 from accel.distributed.process_state import ProcessState
 from accel.distributed.types import DistributedType, distributed_type_of
 from accel.kwargs_handlers import InitProcessGroupKwargs

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (

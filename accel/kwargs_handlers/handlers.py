@@ -9,9 +9,9 @@ from typing import TypeVar, cast
 from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
 from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
-from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.kwargs_handlers.profile import ProfileKwargs
+from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
 HANDLER_TYPES: tuple[type[KwargsHandler], ...] = (
     AutocastKwargs,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel._validation import check_bool, choice_error
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler

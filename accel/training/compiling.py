@@ -48,7 +48,7 @@ def resolve(dynamo_backend: Any, plugin: TorchDynamoPlugin | None, device: torch
     backend = _setting(DYNAMO_BACKEND, given.backend if dynamo_backend is None else backend_name(dynamo_backend))
     mode_source = "TorchDynamoPlugin.mode" if given.mode is not None else DYNAMO_MODE.env_var
     mode = check_mode(backend, _setting(DYNAMO_MODE, given.mode), mode_source)
-    resolved = TorchDynamoPlugin(  # type: ignore[call-arg]  # kwargs_handler makes it a keyword dataclass, unseen by mypy
+    resolved = TorchDynamoPlugin(
         backend=backend, mode=mode, fullgraph=_setting(DYNAMO_USE_FULLGRAPH, given.fullgraph),
         dynamic=_setting(DYNAMO_USE_DYNAMIC, given.dynamic), options=given.options, disable=given.disable,
     )

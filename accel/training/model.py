@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from accel.backends.base import ForwardWrapper, PrecisionBackend
 from accel.distributed import operations
 from accel.distributed.process_state import ProcessState
-from accel.backends.base import ForwardWrapper, PrecisionBackend
 from accel.kwargs_handlers import DistributedDataParallelKwargs
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from accel.training.gradient_state import GradientState
 from accel.backends.base import PrecisionBackend
+from accel.training.gradient_state import GradientState
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

@@ -1,6 +1,7 @@
 """`accel.utils`: the names scripts import from `accelerate.utils`, at the same names.
 
-This package re-exports; the logic lives in accel.accelerator (and accel.kwargs_handlers). The
+This package re-exports; the logic lives where its concern is (accel.distributed, accel.data,
+accel.training, accel.kwargs_handlers, ...). The
 functional collectives (`gather`, `reduce`, ...) act on this process's current state, the
 layout torchrun gave it and the running process group. See docs/migration.md for each name's
 status and its differences from Accelerate.
@@ -8,10 +9,9 @@ status and its differences from Accelerate.
 
 from __future__ import annotations
 
-from accel._accelerate_names import forwarding
-
 from typing import Any
 
+from accel._accelerate_names import forwarding
 from accel.availability import (
     is_aim_available,
     is_bf16_available,
@@ -45,6 +45,8 @@ from accel.availability import (
     is_wandb_available,
     is_xpu_available,
 )
+from accel.data.skipping import skip_first_batches
+from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
@@ -52,29 +54,27 @@ from accel.training.out_of_memory import (
     should_reduce_batch_size,
 )
 from accel.training.seeding import set_seed, synchronize_rng_states
-from accel.data.skipping import skip_first_batches
 from accel.utils.dataclasses import (
     AORecipeKwargs,
-    MSAMPRecipeKwargs,
-    TERecipeKwargs,
     AutocastKwargs,
     BitsandbytesKwargs,
     DataLoaderConfiguration,
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     DistributedType,
+    DynamoBackend,
     FP8RecipeKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
+    MSAMPRecipeKwargs,
     PrecisionType,
     ProfileKwargs,
     ProjectConfiguration,
+    TERecipeKwargs,
     TorchDynamoPlugin,
-    DynamoBackend,
 )
-from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.utils.environment import (
     check_os_kernel,
     clear_environment,
@@ -95,6 +95,7 @@ from accel.utils.operations import (
     send_to_device,
     wait_for_everyone,
 )
+from accel.utils.other import extract_model_from_parallel, save, tqdm
 from accel.utils.structures import (
     concatenate,
     convert_outputs_to_fp32,
@@ -108,42 +109,43 @@ from accel.utils.structures import (
     recursively_apply,
     slice_tensors,
 )
-from accel.utils.other import extract_model_from_parallel, save, tqdm
 
 _FROM_TRACKING = ("LoggerType",)
 """Names that live in accel.tracking, imported on first use."""
 
 __all__ = [
-    "FullyShardedDataParallelPlugin",
     "AORecipeKwargs",
-    "MSAMPRecipeKwargs",
-    "TERecipeKwargs",
     "AutocastKwargs",
     "BitsandbytesKwargs",
     "CannotPadNestedTensorWarning",
-    "DataLoaderConfiguration",
     "DDPCommunicationHookType",
+    "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "DynamoBackend",
     "FP8RecipeKwargs",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "MSAMPRecipeKwargs",
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
+    "TERecipeKwargs",
     "TorchDynamoPlugin",
-    "DynamoBackend",
     "broadcast",
     "broadcast_object_list",
     "check_os_kernel",
     "clear_device_cache",
+    "clear_environment",
     "concatenate",
     "convert_dict_to_env_variables",
     "convert_outputs_to_fp32",
     "convert_to_fp32",
     "copy_tensor_to_devices",
+    "extract_model_from_parallel",
     "find_device",
     "find_executable_batch_size",
     "gather",
@@ -185,15 +187,21 @@ __all__ = [
     "listify",
     "pad_across_processes",
     "pad_input_tensors",
+    "patch_environment",
     "purge_accelerate_environment",
     "recursively_apply",
     "reduce",
     "release_memory",
+    "save",
     "send_to_device",
+    "set_seed",
     "should_reduce_batch_size",
+    "skip_first_batches",
     "slice_tensors",
+    "synchronize_rng_states",
+    "tqdm",
     "wait_for_everyone",
-    *_FROM_TRACKING,
+    "write_basic_config",
 ]
 
 

@@ -2,7 +2,6 @@
 
 from accel.checkpointing.project import ProjectConfiguration
 from accel.data.configuration import DataLoaderConfiguration
-from accel.training.accumulation import GradientAccumulationPlugin
 from accel.distributed.types import DistributedType, PrecisionType
 from accel.kwargs_handlers import (
     AutocastKwargs,
@@ -17,6 +16,7 @@ from accel.kwargs_handlers import (
 )
 from accel.kwargs_handlers.dynamo import DynamoBackend, TorchDynamoPlugin
 from accel.kwargs_handlers.fp8_names import AORecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
+from accel.training.accumulation import GradientAccumulationPlugin
 
 __all__ = [
     "AORecipeKwargs",

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
 

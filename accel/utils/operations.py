@@ -12,13 +12,11 @@ from typing import Any
 
 import torch
 
-from accel.distributed import operations
-
-from accel.distributed import padding
+from accel.data.transfer import send_to_device
+from accel.distributed import operations, padding
 from accel.distributed.operations import DistributedOperationException
 from accel.distributed.padding import CannotPadNestedTensorWarning
 from accel.distributed.partial_state import current_process_state
-from accel.data.transfer import send_to_device
 from accel.utils.structures import (
     ConvertOutputsToFp32,
     concatenate,

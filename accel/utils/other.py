@@ -8,9 +8,9 @@ from typing import Any
 
 from torch import nn
 
-from accel.training import model as model_utils
 from accel.checkpointing.model_files import write_object
 from accel.distributed.partial_state import PartialState
+from accel.training import model as model_utils
 from accel.utils.environment import check_os_kernel
 
 __all__ = ["check_os_kernel", "extract_model_from_parallel", "save", "tqdm"]

@@ -21,16 +21,25 @@ import torch
 from torch import nn
 
 from accel._warnings import warn_once
-from accel.backends.fp8.ao_fsdp import (
-    EVAL_IN_FP8_REFUSAL, EVAL_IN_FP8_WARNING, FP8_ALL_GATHER_MODE, forget_scales, fp8_gathered_models,
-    high_precision_all_gather_mode, precompute_scales,
-)
-from accel.backends.fp8.ao_recipe import (
-    AO_RECIPES, FSDP_FP8_ALL_GATHER, ROWWISE_FORMAT, float8_config, high_precision_config,
-)
 from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import plan_conversion
+from accel.backends.fp8.ao_fsdp import (
+    EVAL_IN_FP8_REFUSAL,
+    EVAL_IN_FP8_WARNING,
+    FP8_ALL_GATHER_MODE,
+    forget_scales,
+    fp8_gathered_models,
+    high_precision_all_gather_mode,
+    precompute_scales,
+)
+from accel.backends.fp8.ao_recipe import (
+    AO_RECIPES,
+    FSDP_FP8_ALL_GATHER,
+    ROWWISE_FORMAT,
+    float8_config,
+    high_precision_config,
+)
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import check_fixed_fields, library_version, module_present, too_old_reason

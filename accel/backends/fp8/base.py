@@ -176,7 +176,8 @@ class FP8Backend(PrecisionBackend):
         """Keep the report, log its summary once, and refuse a model with nothing to convert."""
         if not report.num_fp8:
             raise ValueError(
-                "mixed_precision='fp8' found no linear layer (nn.Linear, or transformers' Conv1D on backend='native') it can run in FP8, so nothing would run in FP8.\n"
+                "mixed_precision='fp8' found no linear layer (nn.Linear, or transformers' Conv1D on backend='native') "
+                "it can run in FP8, so nothing would run in FP8.\n"
                 + report.details()
             )
         if self.fsdp_mode:

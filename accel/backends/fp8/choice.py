@@ -40,7 +40,9 @@ def apply_precision_recipe(name: str, fields: Mapping[str, str], handlers: Handl
     """
     recipe = handlers.get(FP8RecipeKwargs)
     implied = ", ".join(f"{field}={value!r}" for field, value in fields.items())
-    conflicts = [f"{f}={getattr(recipe, f)!r}" for f, v in fields.items() if f in recipe.explicit_fields and getattr(recipe, f) != v]
+    conflicts = [
+        f"{f}={getattr(recipe, f)!r}" for f, v in fields.items() if f in recipe.explicit_fields and getattr(recipe, f) != v
+    ]
     if conflicts:
         raise ValueError(
             f"mixed_precision={name!r} means mixed_precision='fp8' with FP8RecipeKwargs({implied}), but the FP8 "

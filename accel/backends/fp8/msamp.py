@@ -98,7 +98,7 @@ class MSAMPFP8(FP8Backend):
             "msamp.initialize (whose O1/O2 keep FP16 weights with a scale). Use backend='native' or 'te'."
         ),
     }
-    handler_types = (FP8RecipeKwargs, GradScalerKwargs)  # type: ignore[assignment]  # FP8Backend's is inferred as a 1-tuple
+    handler_types = (FP8RecipeKwargs, GradScalerKwargs)
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)

@@ -25,15 +25,23 @@ from torch import nn
 from accel.backends.base import Forward, WrappedOptimizer
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.native_model import (
-    FP8TrainingForward, scalers_of, shared_parameter_ids, unmatched_pattern_message,
+    FP8TrainingForward,
+    scalers_of,
+    shared_parameter_ids,
+    unmatched_pattern_message,
 )
 from accel.backends.native_fp8 import (
-    Float8Config, Float8Conv1D, Float8Linear, ScalerGroup, convert_linears, float8_layers,
+    Float8Config,
+    Float8Conv1D,
+    Float8Linear,
+    ScalerGroup,
+    convert_linears,
+    float8_layers,
+    fused,
 )
-from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
-from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.data_parallel import any_process, broadcast_from_first, ignore_in_ddp
+from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.levels import LEVELS
 from accel.backends.native_fp8.optimizer_state import StatePreserver
 from accel.backends.native_fp8.scaled_step import LevelStep

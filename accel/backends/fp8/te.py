@@ -24,7 +24,11 @@ from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import (
-    cuda_library_reason, library_version, module_present, too_old_reason, version_tuple,
+    cuda_library_reason,
+    library_version,
+    module_present,
+    too_old_reason,
+    version_tuple,
 )
 from accel.backends.fp8.te_convert import (
     ParameterMap,

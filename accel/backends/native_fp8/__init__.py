@@ -4,6 +4,7 @@ Runs wherever torch runs, CPU included. The numerics follow TransformerEngine's
 delayed-scaling recipe (amax history, margin, HYBRID/E4M3 formats).
 """
 
+from accel.backends.native_fp8.conv1d import Float8Conv1D
 from accel.backends.native_fp8.convert import (
     ConversionReport,
     LayerDecision,
@@ -16,7 +17,6 @@ from accel.backends.native_fp8.convert import (
     set_fp8_enabled,
     unconvert_linears,
 )
-from accel.backends.native_fp8.conv1d import Float8Conv1D
 from accel.backends.native_fp8.formats import E4M3, E5M2, cast_to_fp8, format_dtypes, fp8_max
 from accel.backends.native_fp8.linear import Float8Config, Float8Linear
 from accel.backends.native_fp8.scaler_group import ScalerGroup

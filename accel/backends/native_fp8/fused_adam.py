@@ -25,8 +25,8 @@ import torch
 from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import MOMENT_DTYPE, AdamHyper
 from accel.backends.native_fp8.compact import CompactParameter, StepGradient
-from accel.backends.native_fp8.grads import GRADIENT_DTYPE
 from accel.backends.native_fp8.formats import fp8_max
+from accel.backends.native_fp8.grads import GRADIENT_DTYPE
 from accel.backends.native_fp8.kernel_math import noise, stochastic_round, to_half_keyed
 from accel.backends.native_fp8.rounding import FP8_DROPPED_BITS, random_keys
 

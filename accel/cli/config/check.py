@@ -98,8 +98,8 @@ def _check_quantization_and_fsdp(environ: Mapping[str, str], backend: Any, devic
     """Build the bitsandbytes quantizer (bnb_config) and the FSDP plugin (use_fsdp, fsdp_config) as the
     script's Accelerator would, against the precision: a refusal becomes one CliError line."""
     from accel.accelerator import options
-    from accel.fsdp.environment import environment_plugin
     from accel.cli import capabilities
+    from accel.fsdp.environment import environment_plugin
     from accel.kwargs_handlers import Handlers
     from accel.quantization import create_quantizer
     from accel.settings import bnb_options_from_env

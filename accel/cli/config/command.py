@@ -19,12 +19,12 @@ from accel.cli.launch.plan import refuse_fsdp_flags, refuse_recipe_flags
 from accel.settings import (
     ALL_SETTINGS,
     BNB_SETTINGS,
+    DYNAMO_SETTINGS,
     FP8_SETTINGS,
     FSDP_SETTINGS,
     MIXED_PRECISION,
     TOP_LEVEL_SETTINGS,
     USE_FSDP,
-    DYNAMO_SETTINGS,
 )
 
 COMMAND = "accel config"

@@ -14,12 +14,12 @@ from typing import Any
 
 from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
-from accel.cli.launch.plan import DEFAULT_PORT
 from accel.cli.config.prompts import Option, ask_select, ask_text, ask_yes_no, short_reason
 from accel.cli.config.wizard_bnb import ask_quantization
+from accel.cli.config.wizard_dynamo import ask_dynamo
 from accel.cli.config.wizard_fsdp import ask_fsdp
 from accel.cli.config.wizard_recipe import SLOW_MARK, ask_recipe
-from accel.cli.config.wizard_dynamo import ask_dynamo
+from accel.cli.launch.plan import DEFAULT_PORT
 from accel.settings import (
     GPU_IDS,
     GRADIENT_ACCUMULATION_STEPS,

@@ -14,8 +14,8 @@ from typing import Any
 
 from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
-from accel.cli.help_text import describe
 from accel.cli.config.prompts import Option, ask_select, ask_setting, ask_yes_no
+from accel.cli.help_text import describe
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import (
     FP8_SETTINGS,

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-from accel.cli.launch.plan import DEFAULT_PORT, LaunchPlan
 from accel.cli.launch.parent_death import child_setup
+from accel.cli.launch.plan import DEFAULT_PORT, LaunchPlan
 
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 

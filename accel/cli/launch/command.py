@@ -19,8 +19,8 @@ from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_setti
 from accel.cli.config.check import check_launch
 from accel.cli.config.file import active_config
 from accel.cli.errors import CliError
-from accel.cli.launch.plan import plan_launch
 from accel.cli.launch.children import exit_status, failure_line, run_child, script_command, torchrun_command
+from accel.cli.launch.plan import plan_launch
 from accel.environment import check_setting_values
 from accel.settings import ALL_SETTINGS, BNB_SETTINGS, DYNAMO_SETTINGS, FP8_SETTINGS, FSDP_SETTINGS, TOP_LEVEL_SETTINGS
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
 from accel.cli.launch.children import SEPARATOR, exit_status, failure_line
+from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
 from accel.cli.launch.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
 from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
 from accel.settings import RANK_EXIT_GRACE

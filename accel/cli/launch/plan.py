@@ -22,9 +22,9 @@ from accel.settings import (
     MIXED_PRECISION,
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
-    Setting,
     USE_CPU,
     USE_FSDP,
+    Setting,
     to_environment,
 )
 
