@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LRScheduler
-from torch.utils.data import DataLoader
 
 from accel import checkpointing
 from accel._validation import check_bool
-from accel.accelerator import options, prepare_checks
+from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
+from accel.accelerator.preparing import PrepareMixin
+from accel.accelerator.private_views import PrivateViewsMixin
 from accel.accelerator.process_methods import ProcessMixin
 from accel.accelerator.synchronizing import SyncMixin
 from accel.accelerator.tracking_methods import TrackingMixin
@@ -25,7 +25,6 @@ from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.backends.registry import create_backend
 from accel.data.configuration import DataLoaderConfiguration
-from accel.data.loader import PreparedDataLoader
 from accel.data.loader_options import check_dataloader_config
 from accel.data.skipping import skip_first_batches
 from accel.distributed import process_group as distributed
@@ -44,32 +43,23 @@ from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
 from accel.tracking.selection import LogWith
 from accel.training import compiling
-from accel.training import model as model_utils
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.gradient_state import GradientState
-from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.out_of_memory import release_memory
 from accel.training.prepared import PreparedObjects
-from accel.training.scheduler import AcceleratedScheduler
 from accel.training.strategy import ParallelStrategy
 
-if TYPE_CHECKING:
 
-    class _Preparer(Protocol):
-        """One of the Accelerator's prepare_* methods: the object, and its device_placement."""
-
-        def __call__(self, obj: Any, /, device_placement: bool | None = None) -> Any: ...
-
-
-class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin):
+class Accelerator(PrepareMixin, PrivateViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
     environment variable (set by `accel launch`), else takes its default. Bad values raise
     here, at construction, never later in the training loop. The methods live by concern:
-    process_methods.py (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers),
-    files.py (model files, checkpoints), tracking_methods.py (trackers), data_options.py (the
-    dataloader options). What was prepared is `self.prepared`; how models are spread over the
+    preparing.py (prepare and prepare_*), process_methods.py (collectives, on_* decorators),
+    synchronizing.py (no_sync, join, triggers), files.py (model files, checkpoints),
+    tracking_methods.py (trackers), data_options.py (the dataloader options), private_views.py
+    (Accelerate's `_models` and the like). What was prepared is `self.prepared`; how models are spread over the
     processes is `self.strategy` (accel.training.strategy), chosen here once.
     """
 
@@ -140,53 +130,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
         self._orphan_optimizers_warned: set[int] = set()
         self._trigger: torch.Tensor | None = None
 
-    # Accelerate's private lists, which transformers' Trainer reads and published scripts assign: views
-    # of the registry (assigning one replaces that list in the registry).
-    @property
-    def _models(self) -> list[nn.Module]:
-        return self.prepared.models
-
-    @_models.setter
-    def _models(self, models: list[nn.Module]) -> None:
-        self.prepared.models = models
-
-    @property
-    def _optimizers(self) -> list[AcceleratedOptimizer]:
-        return self.prepared.optimizers
-
-    @_optimizers.setter
-    def _optimizers(self, optimizers: list[AcceleratedOptimizer]) -> None:
-        self.prepared.optimizers = optimizers
-
-    @property
-    def _schedulers(self) -> list[AcceleratedScheduler]:
-        return self.prepared.schedulers
-
-    @_schedulers.setter
-    def _schedulers(self, schedulers: list[AcceleratedScheduler]) -> None:
-        self.prepared.schedulers = schedulers
-
-    @property
-    def _dataloaders(self) -> list[PreparedDataLoader]:
-        return self.prepared.dataloaders
-
-    @_dataloaders.setter
-    def _dataloaders(self, dataloaders: list[PreparedDataLoader]) -> None:
-        self.prepared.dataloaders = dataloaders
-
-    @property
-    def _custom_objects(self) -> list[Any]:
-        """Accelerate's name for the objects given to register_for_checkpointing."""
-        return self.prepared.registered
-
-    @property
-    def _save_state_pre_hooks(self) -> dict[int, Any]:
-        return self.prepared.save_hooks
-
-    @property
-    def _load_state_pre_hooks(self) -> dict[int, Any]:
-        return self.prepared.load_hooks
-
     # ----------------------------------------------------------------- properties
     @property
     def device(self) -> torch.device:
@@ -254,102 +197,6 @@ class Accelerator(TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, Proces
     def step_stats(self) -> dict[str, float]:
         """Numbers worth logging each step: for fp16 the loss scale and the count of skipped steps."""
         return self.precision.stats()
-
-    # ----------------------------------------------------------------- prepare
-    def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
-        """Prepare models, optimizers, schedulers and dataloaders, given in any order.
-
-        Returns the prepared objects in the order given (one object: that object itself);
-        objects of other types pass through unchanged. `device_placement`, one bool per object,
-        overrides the Accelerator's for each.
-        """
-        placements = options.placements(device_placement, len(objects))
-        result = list(objects)
-        for accepts, prepare in self._preparers():
-            for index, obj in enumerate(result):
-                if accepts(obj):
-                    result[index] = prepare(obj, device_placement=placements[index])
-                    result[index]._is_accelerate_prepared = True  # Accelerate's mark, which other code reads
-        prepared = self.prepared
-        prepare_checks.check_quantized_optimizers(prepared.optimizers, self.quantizer)
-        self.precision.after_prepare(prepared.models, prepared.optimizers)
-        prepare_checks.check_orphan_optimizers(
-            prepared.models, prepared.optimizers, self.precision, self._orphan_optimizers_warned
-        )
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def _preparers(self) -> list[tuple[Callable[[Any], bool], _Preparer]]:
-        """(which objects, how to prepare them), in the order in which they must be prepared."""
-        return [
-            (lambda o: isinstance(o, nn.Module), self.prepare_model),
-            (lambda o: isinstance(o, torch.optim.Optimizer), self.prepare_optimizer),
-            (lambda o: isinstance(o, (LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)), self.prepare_scheduler),
-            (lambda o: isinstance(o, DataLoader), self.prepare_data_loader),
-        ]
-
-    def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False) -> nn.Module:
-        """Move `model` to the device and convert it for the precision (and wrap it for DDP).
-
-        `device_placement` overrides the Accelerator's for this model. `evaluation_mode=True`
-        prepares a model only run forward: converted and placed, not wrapped for DDP.
-        """
-        if any(model is prepared for prepared in self.prepared.models):
-            return model
-        place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
-        names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
-        model = model_utils.prepare_model(model, self.precision, self.device, place, self.process_state, self.quantizer)
-        if not evaluation_mode:
-            model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
-        model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
-        self.prepared.models.append(model)
-        return model
-
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
-        """Wrap `optimizer` so that it steps through the precision and honours accumulation.
-
-        The same optimizer prepared twice (in one call or two) gets the same wrapper. The
-        optimizer's state lives with its parameters: `device_placement` is accepted for
-        Accelerate's signature and has nothing to move.
-        """
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        existing = prepare_checks.existing_wrapper(self.prepared.optimizers, optimizer)
-        if existing is not None:
-            return existing
-        self.precision.check_optimizer(optimizer)
-        self.strategy.retarget_optimizer(optimizer, self.prepared.models)
-        wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
-        self.prepared.optimizers.append(wrapped)
-        return wrapped
-
-    def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
-        """Wrap `scheduler` so that it advances once per optimizer step that really happened
-        (`device_placement` is accepted for symmetry: a scheduler has nothing to place)."""
-        owner = scheduler.optimizer
-        optimizers = [o for o in self.prepared.optimizers if owner in (o, o.optimizer, o.original)]
-        wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
-        self.prepared.schedulers.append(wrapped)
-        return wrapped
-
-    def prepare_data_loader(
-        self, data_loader: DataLoader[Any], device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
-    ) -> PreparedDataLoader:
-        """Wrap `data_loader` so that its batches land on the device (and each process gets its own part)."""
-        if slice_fn_for_dispatch is not None:
-            raise ValueError(
-                "prepare_data_loader(slice_fn_for_dispatch=...): accel does not dispatch batches from the main "
-                "process (each process reads its own part), so there is nothing to slice. Drop the argument."
-            )
-        if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
-            if not any(d is data_loader for d in self.prepared.dataloaders):
-                self.prepared.dataloaders.append(data_loader)
-            return data_loader
-        place = self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
-        wrapped = PreparedDataLoader(
-            data_loader, self.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
-        )
-        self.prepared.dataloaders.append(wrapped)
-        return wrapped
 
     # ----------------------------------------------------------------- training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

@@ -1,0 +1,154 @@
+"""The Accelerator's `prepare` and its per-kind `prepare_*` methods.
+
+Each object is converted for the precision, spread over the processes by the strategy, and
+recorded in `self.prepared` in the order given (the order checkpoints store them in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+from torch.utils.data import DataLoader
+
+from accel._validation import check_bool
+from accel.accelerator import options, prepare_checks
+from accel.backends.base import PrecisionBackend
+from accel.data.configuration import DataLoaderConfiguration
+from accel.data.loader import PreparedDataLoader
+from accel.distributed.process_state import ProcessState
+from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.quantization import Quantizer
+from accel.training import compiling
+from accel.training import model as model_utils
+from accel.training.gradient_state import GradientState
+from accel.training.optimizer import AcceleratedOptimizer
+from accel.training.prepared import PreparedObjects
+from accel.training.scheduler import AcceleratedScheduler
+from accel.training.strategy import ParallelStrategy
+
+if TYPE_CHECKING:
+
+    class _Preparer(Protocol):
+        """One of the prepare_* methods: the object, and its device_placement."""
+
+        def __call__(self, obj: Any, /, device_placement: bool | None = None) -> Any: ...
+
+
+class PrepareMixin:
+    """prepare, prepare_model, prepare_optimizer, prepare_scheduler, prepare_data_loader."""
+
+    precision: PrecisionBackend
+    quantizer: Quantizer | None
+    strategy: ParallelStrategy
+    prepared: PreparedObjects
+    process_state: ProcessState
+    gradient_state: GradientState
+    dataloader_config: DataLoaderConfiguration
+    dynamo_plugin: TorchDynamoPlugin
+    device_placement: bool
+    step_scheduler_with_optimizer: bool
+    _orphan_optimizers_warned: set[int]
+
+    def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and dataloaders, given in any order.
+
+        Returns the prepared objects in the order given (one object: that object itself);
+        objects of other types pass through unchanged. `device_placement`, one bool per object,
+        overrides the Accelerator's for each.
+        """
+        placements = options.placements(device_placement, len(objects))
+        result = list(objects)
+        for accepts, prepare in self._preparers():
+            for index, obj in enumerate(result):
+                if accepts(obj):
+                    result[index] = prepare(obj, device_placement=placements[index])
+                    result[index]._is_accelerate_prepared = True  # Accelerate's mark, which other code reads
+        prepared = self.prepared
+        prepare_checks.check_quantized_optimizers(prepared.optimizers, self.quantizer)
+        self.precision.after_prepare(prepared.models, prepared.optimizers)
+        prepare_checks.check_orphan_optimizers(
+            prepared.models, prepared.optimizers, self.precision, self._orphan_optimizers_warned
+        )
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _preparers(self) -> list[tuple[Callable[[Any], bool], _Preparer]]:
+        """(which objects, how to prepare them), in the order in which they must be prepared."""
+        return [
+            (lambda o: isinstance(o, nn.Module), self.prepare_model),
+            (lambda o: isinstance(o, torch.optim.Optimizer), self.prepare_optimizer),
+            (lambda o: isinstance(o, (LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)), self.prepare_scheduler),
+            (lambda o: isinstance(o, DataLoader), self.prepare_data_loader),
+        ]
+
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False) -> nn.Module:
+        """Move `model` to the device and convert it for the precision (and wrap it for DDP).
+
+        `device_placement` overrides the Accelerator's for this model. `evaluation_mode=True`
+        prepares a model only run forward: converted and placed, not wrapped for DDP.
+        """
+        if any(model is prepared for prepared in self.prepared.models):
+            return model
+        place = self._placement(device_placement)
+        names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
+        state = self.process_state
+        model = model_utils.prepare_model(model, self.precision, state.device, place, state, self.quantizer)
+        if not evaluation_mode:
+            model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
+        model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
+        self.prepared.models.append(model)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
+        """Wrap `optimizer` so that it steps through the precision and honours accumulation.
+
+        The same optimizer prepared twice (in one call or two) gets the same wrapper. The
+        optimizer's state lives with its parameters: `device_placement` is accepted for
+        Accelerate's signature and has nothing to move.
+        """
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        existing = prepare_checks.existing_wrapper(self.prepared.optimizers, optimizer)
+        if existing is not None:
+            return existing
+        self.precision.check_optimizer(optimizer)
+        self.strategy.retarget_optimizer(optimizer, self.prepared.models)
+        wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
+        self.prepared.optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
+        """Wrap `scheduler` so that it advances once per optimizer step that really happened
+        (`device_placement` is accepted for symmetry: a scheduler has nothing to place)."""
+        owner = scheduler.optimizer
+        optimizers = [o for o in self.prepared.optimizers if owner in (o, o.optimizer, o.original)]
+        wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
+        self.prepared.schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(
+        self, data_loader: DataLoader[Any], device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
+    ) -> PreparedDataLoader:
+        """Wrap `data_loader` so that its batches land on the device (and each process gets its own part)."""
+        if slice_fn_for_dispatch is not None:
+            raise ValueError(
+                "prepare_data_loader(slice_fn_for_dispatch=...): accel does not dispatch batches from the main "
+                "process (each process reads its own part), so there is nothing to slice. Drop the argument."
+            )
+        if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
+            if not any(d is data_loader for d in self.prepared.dataloaders):
+                self.prepared.dataloaders.append(data_loader)
+            return data_loader
+        place = self._placement(device_placement)
+        wrapped = PreparedDataLoader(
+            data_loader, self.process_state.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
+        )
+        self.prepared.dataloaders.append(wrapped)
+        return wrapped
+
+    def _placement(self, device_placement: bool | None) -> bool:
+        """Whether to move this object to the device: the call's choice, else the Accelerator's."""
+        return self.device_placement if device_placement is None else check_bool("device_placement", device_placement)
