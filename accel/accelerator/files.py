@@ -13,12 +13,11 @@ from torch.utils.hooks import RemovableHandle
 from accel import checkpointing
 from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
-from accel.checkpointing.hooks import LoadHook, SaveHook
 from accel.checkpointing.model_files import parse_size, write_model_files, write_object
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.quantization import Quantizer
 from accel.training import model as model_utils
-from accel.training.prepared import PreparedObjects
+from accel.training.prepared import LoadHook, PreparedObjects, SaveHook
 from accel.training.strategy import ParallelStrategy
 
 

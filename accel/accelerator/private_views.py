@@ -7,7 +7,7 @@ registry, so what a script assigns is what checkpoints store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from torch import nn
 
@@ -16,43 +16,42 @@ from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.prepared import PreparedObjects
 from accel.training.scheduler import AcceleratedScheduler
 
+T = TypeVar("T")
+
+
+class _RegistryList(Generic[T]):
+    """A data descriptor: `accelerator._<field>` reads and replaces `accelerator.prepared.<field>`."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    @overload
+    def __get__(self, accelerator: None, owner: type) -> _RegistryList[T]: ...
+    @overload
+    def __get__(self, accelerator: PrivateViewsMixin, owner: type) -> list[T]: ...
+    def __get__(self, accelerator: PrivateViewsMixin | None, owner: type) -> list[T] | _RegistryList[T]:
+        if accelerator is None:
+            return self
+        return getattr(accelerator.prepared, self.field)
+
+    def __set__(self, accelerator: PrivateViewsMixin, value: list[T]) -> None:
+        if not isinstance(value, list):
+            raise TypeError(
+                f"accelerator._{self.field} = {value!r}: give a list (it replaces accelerator.prepared.{self.field}, "
+                f"which checkpoints store), not {type(value).__name__}."
+            )
+        setattr(accelerator.prepared, self.field, value)
+
 
 class PrivateViewsMixin:
     """`_models`, `_optimizers`, `_schedulers`, `_dataloaders` (settable), `_custom_objects` and the hook maps."""
 
     prepared: PreparedObjects
 
-    @property
-    def _models(self) -> list[nn.Module]:
-        return self.prepared.models
-
-    @_models.setter
-    def _models(self, models: list[nn.Module]) -> None:
-        self.prepared.models = models
-
-    @property
-    def _optimizers(self) -> list[AcceleratedOptimizer]:
-        return self.prepared.optimizers
-
-    @_optimizers.setter
-    def _optimizers(self, optimizers: list[AcceleratedOptimizer]) -> None:
-        self.prepared.optimizers = optimizers
-
-    @property
-    def _schedulers(self) -> list[AcceleratedScheduler]:
-        return self.prepared.schedulers
-
-    @_schedulers.setter
-    def _schedulers(self, schedulers: list[AcceleratedScheduler]) -> None:
-        self.prepared.schedulers = schedulers
-
-    @property
-    def _dataloaders(self) -> list[PreparedDataLoader]:
-        return self.prepared.dataloaders
-
-    @_dataloaders.setter
-    def _dataloaders(self, dataloaders: list[PreparedDataLoader]) -> None:
-        self.prepared.dataloaders = dataloaders
+    _models: _RegistryList[nn.Module] = _RegistryList("models")
+    _optimizers: _RegistryList[AcceleratedOptimizer] = _RegistryList("optimizers")
+    _schedulers: _RegistryList[AcceleratedScheduler] = _RegistryList("schedulers")
+    _dataloaders: _RegistryList[PreparedDataLoader] = _RegistryList("dataloaders")
 
     @property
     def _custom_objects(self) -> list[Any]:

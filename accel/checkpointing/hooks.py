@@ -19,12 +19,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accel.checkpointing import layout
-from accel.training.prepared import LoadHook, SaveHook
 
 if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost
-
-__all__ = ["LoadHook", "SaveHook", "files_saved_by_hooks", "models_loaded_by_accel"]
 
 
 def files_saved_by_hooks(

@@ -19,7 +19,7 @@ from accel.checkpointing.naming import next_number, numbered_name, to_rotate_out
 from accel.checkpointing.project import check_folder
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.serialization import save_tensors, save_torch
-from accel.checkpointing.sharded import fsdp_record, saves_shards, shard_files, write_shards
+from accel.checkpointing.sharded import shard_files, write_shards
 from accel.checkpointing.training_state import Snapshot, collect
 from accel.checkpointing.writer import (
     move_into_place,
@@ -41,7 +41,7 @@ def save_state(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] |
     """
     require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
     snapshot = collect(accelerator)
-    if saves_shards(accelerator):
+    if accelerator.strategy.sharded_checkpoints:
         target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
     else:
         target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
@@ -162,7 +162,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iterat
         contents=snapshot.contents,
         dataloaders=snapshot.dataloaders,
         files={name: describe_file(folder / name) for name in written},
-        fsdp=fsdp_record(accelerator),
+        fsdp=accelerator.strategy.checkpoint_record(),
     )
     text = manifest.to_json().encode("utf-8")
     write_file(folder / MANIFEST_NAME, lambda file: file.write(text))

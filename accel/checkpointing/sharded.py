@@ -33,16 +33,6 @@ _GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)
 """FULL_STATE_DICT: the whole state on the main process's CPU (the others get an empty dict)."""
 
 
-def fsdp_record(accelerator: CheckpointHost) -> dict[str, Any] | None:
-    """The manifest's `fsdp` field: the settings that shape the checkpoint; None without FSDP."""
-    return accelerator.strategy.checkpoint_record()
-
-
-def saves_shards(accelerator: CheckpointHost) -> bool:
-    """True when save_state writes each process's shards (FSDP with SHARDED_STATE_DICT)."""
-    return accelerator.strategy.sharded_checkpoints
-
-
 def is_sharded_checkpoint(manifest: Manifest) -> bool:
     """True for a checkpoint whose models and optimizers are in `shards/`."""
     return manifest.fsdp is not None and manifest.fsdp["state_dict_type"] == "SHARDED_STATE_DICT"

@@ -34,7 +34,6 @@ from accel.checkpointing.sharded import (
     is_sharded_checkpoint,
     optimizer_state,
     refuse_inside_window,
-    saves_shards,
 )
 from accel.checkpointing.sharded_load import (
     METADATA,
@@ -70,7 +69,7 @@ def collect(accelerator: CheckpointHost) -> Snapshot:
     refuse_inside_window(accelerator)
     gradient_state = accelerator.gradient_state
     inside_window = gradient_state.step != 0
-    sharded = saves_shards(accelerator)  # then the models and optimizers go to shards/, each process its own
+    sharded = accelerator.strategy.sharded_checkpoints  # then the models and optimizers go to shards/, each process its own
     tensors: dict[str, dict[str, torch.Tensor]] = {}
     for index, model in enumerate(accelerator.prepared.models):
         if not sharded:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -63,3 +64,10 @@ def test_a_registry_starts_empty() -> None:
     assert (prepared.models, prepared.optimizers, prepared.schedulers, prepared.dataloaders, prepared.registered) == (
         [], [], [], [], []
     )
+
+
+def test_assigning_something_other_than_a_list_is_refused_naming_the_attribute() -> None:
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(TypeError, match=r"accelerator._models = .*give a list .*not Linear"):
+        accelerator._models = nn.Linear(2, 2)  # type: ignore[assignment]
+    assert accelerator.prepared.models == []
