@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from accel._accelerate_names import refusals
 from accel._version import __version__
 from accel._warnings import PrecisionWarning
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.launchers import notebook_launcher as notebook_launcher
     from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
+    from accel.training.seeding import synchronize_rng_states as synchronize_rng_states
+    from accel.utils import is_rich_available as is_rich_available
 
 _EXPORTS = {
     "Accelerator": "accel.accelerator",
@@ -61,6 +64,8 @@ _EXPORTS = {
     "debug_launcher": "accel.launchers",
     "ProfileKwargs": "accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "accel.fsdp",
+    "synchronize_rng_states": "accel.training.seeding",
+    "is_rich_available": "accel.utils",
 }
 
 __all__ = [*_EXPORTS, "PrecisionWarning", "__version__"]
@@ -78,10 +83,23 @@ _FORWARDED = {
 """Accelerate's big-model inference, which accel leaves to Accelerate: its own objects when accelerate
 is installed, else stand-ins that raise ImportError naming the install (accel/_accelerate_names.py)."""
 
+_REFUSED = {
+    "DeepSpeedPlugin": "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 "
+    "(fsdp_plugin=), or Accelerate for DeepSpeed runs",
+    "ParallelismConfig": "tensor, context and N-D parallelism are not provided; data parallelism (DDP) and FSDP2 "
+    "(fsdp_plugin=) are",
+    "prepare_pippy": "pipeline-parallel inference is not accel's job; use Accelerate's prepare_pippy beside accel",
+}
+"""Accelerate's top-level names accel does not implement: importable, and raising NotImplementedError with
+the reason when used (docs/migration.md)."""
+_refused = refusals(_REFUSED, __name__)
+
 
 def __getattr__(name: str) -> Any:
     if name in _FORWARDED:
         return getattr(importlib.import_module(_FORWARDED[name]), name)
+    if name in _REFUSED:
+        return _refused(name)
     if name not in _EXPORTS:
         raise AttributeError(f"module 'accel' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

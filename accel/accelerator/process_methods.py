@@ -63,6 +63,15 @@ class ProcessMixin:
         """NO in one process, else MULTI_CPU, MULTI_GPU, ... by the device (Accelerate's enum)."""
         return self.state.distributed_type
 
+    @property
+    def is_fsdp2(self) -> bool:
+        """True when prepared models are sharded with FSDP2 (accel's only FSDP), as Accelerate's property.
+
+        >>> Accelerator(cpu=True).is_fsdp2
+        False
+        """
+        return self.distributed_type == DistributedType.FSDP
+
     # ----------------------------------------------------------------- collectives
     def gather(self, tensor: Any) -> Any:
         """Every process's tensors (a tensor or a nested tuple/list/dict of them), concatenated

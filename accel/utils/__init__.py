@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel._accelerate_names import forwarding
+from accel._accelerate_names import forwarding, refusals
 from accel.availability import (
     is_aim_available,
     is_bf16_available,
@@ -218,10 +218,33 @@ _BIG_MODEL = frozenset({
 forwarded when accelerate is installed, else stand-ins that raise ImportError naming the install when used."""
 _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
+_DEEPSPEED = "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 (fsdp_plugin=)"
+_N_D = "tensor, context and N-D parallelism are not provided; data parallelism (DDP) and FSDP2 (fsdp_plugin=) are"
+_REFUSED = {
+    "DeepSpeedPlugin": _DEEPSPEED,
+    "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
+    "GatheredParameters": _DEEPSPEED,
+    "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
+    "ParallelismConfig": _N_D,
+    "TorchTensorParallelPlugin": _N_D,
+    "TorchTensorParallelConfig": _N_D,
+    "TorchContextParallelConfig": _N_D,
+    "BnbQuantizationConfig": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) (docs/quantization.md)",
+    "load_and_quantize_model": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) "
+    "(docs/quantization.md)",
+    "RNGType": "rng_types= takes the names as strings ('torch', 'cuda', 'generator', ...)",
+    "synchronize_rng_state": "call synchronize_rng_states([name])",
+}
+"""accelerate.utils' names accel does not implement: importable, raising NotImplementedError with the reason
+when used (docs/migration.md)."""
+_refused = refusals(_REFUSED, __name__)
+
 
 def __getattr__(name: str) -> Any:
     if name in _BIG_MODEL:
         return _forward_big_model(name)
+    if name in _REFUSED:
+        return _refused(name)
     if name in _FROM_TRACKING:
         import accel.tracking
 
