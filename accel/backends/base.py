@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from accel.backends.masters import UpcastParameter
-from accel.kwargs_handlers import AutocastKwargs, Handlers, KwargsHandler
+from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, Handlers, KwargsHandler
 
 Forward = Callable[..., Any]
 
@@ -76,6 +76,12 @@ class PrecisionBackend:
     def describe(self) -> str:
         """What runs, in a few words for a log line (say 'bf16' or 'fp8 (native, O1, ...)')."""
         return self.name
+
+    @property
+    def fp8_recipe_in_effect(self) -> tuple[str, FP8RecipeKwargs] | None:
+        """Where FP8 runs: the FP8 backend that runs it ("te", "ao", "msamp", "native") and the recipe
+        in effect (Accelerate's `accelerator.fp8_recipe_handler` reads it); None here."""
+        return None
 
     @property
     def fsdp_precision(self) -> str:

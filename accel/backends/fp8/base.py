@@ -81,6 +81,10 @@ class FP8Backend(PrecisionBackend):
         return ""
 
     @property
+    def fp8_recipe_in_effect(self) -> tuple[str, FP8RecipeKwargs]:
+        return self.library, self.recipe
+
+    @property
     def fsdp_precision(self) -> str:
         """The base precision's name: FSDP2 gathers and reduces as that precision says (accel.fsdp.precision)."""
         return FSDP_BASE_NAMES.get(self.recipe.base_precision, self.recipe.base_precision)
