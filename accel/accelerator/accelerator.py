@@ -16,6 +16,7 @@ from accel._validation import check_bool
 from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
+from accel.accelerator.handler_views import HandlerViewsMixin
 from accel.accelerator.preparing import PrepareMixin
 from accel.accelerator.private_views import PrivateViewsMixin
 from accel.accelerator.process_methods import ProcessMixin
@@ -50,7 +51,9 @@ from accel.training.prepared import PreparedObjects
 from accel.training.strategy import ParallelStrategy
 
 
-class Accelerator(PrepareMixin, PrivateViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin):
+class Accelerator(
+    PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin
+):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`

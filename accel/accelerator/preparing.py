@@ -61,6 +61,9 @@ class PrepareMixin:
         overrides the Accelerator's for each.
         """
         placements = options.placements(device_placement, len(objects))
+        given_optimizers = [obj for obj in objects if isinstance(obj, torch.optim.Optimizer)]
+        models = [obj for obj in objects if isinstance(obj, nn.Module)]
+        self.precision.check_masters(models, [*given_optimizers, *(o.optimizer for o in self.prepared.optimizers)])
         result = list(objects)
         for accepts, prepare in self._preparers():
             for index, obj in enumerate(result):
@@ -95,7 +98,11 @@ class PrepareMixin:
         place = self._placement(device_placement)
         names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
         state = self.process_state
-        model = model_utils.prepare_model(model, self.precision, state.device, place, state, self.quantizer)
+        if not evaluation_mode:  # its trainable weights become the precision's masters (float32 for mixed)
+            self.precision.check_masters([model], [o.optimizer for o in self.prepared.optimizers])
+        model = model_utils.prepare_model(
+            model, self.precision, state.device, place, state, self.quantizer, keep_masters=not evaluation_mode
+        )
         if not evaluation_mode:
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
         model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate

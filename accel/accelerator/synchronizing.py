@@ -77,14 +77,16 @@ class SyncMixin:
     def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[torch.profiler.profile]:
         """torch.profiler over the block, with the options of `profile_handler` (else the
         ProfileKwargs given to the Accelerator); each process writes its Chrome trace to
-        `output_trace_dir/trace_<process>.json` when one is set."""
+        `output_trace_dir/profile_<process>.json` (Accelerate's name) when one is set, and the
+        processes then wait for each other, so that every trace exists when the block is left."""
         options = profile_handler if profile_handler is not None else self.handlers.get(ProfileKwargs)
         with options.build(self.process_state.device) as profiler:
             yield profiler
         if options.output_trace_dir is not None:
             folder = Path(options.output_trace_dir)
             folder.mkdir(parents=True, exist_ok=True)
-            profiler.export_chrome_trace(str(folder / f"trace_{self.process_state.process_index}.json"))
+            profiler.export_chrome_trace(str(folder / f"profile_{self.process_state.process_index}.json"))
+            operations.barrier(self.process_state)
 
     def set_trigger(self) -> None:
         """Raise this process's flag; the next `check_trigger()` returns True on every process."""

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from torch import nn
 
 from accel._tree import map_tensors
 from accel._warnings import warn_once
 from accel.backends.base import Forward, ForwardWrapper, PrecisionBackend
 from accel.backends.capability import slow_dtype_reason
 from accel.backends.loss_scaler import LossScaler
+from accel.backends.masters import MasterWeights, UpcastParameter
 from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs, Handlers
 
 
@@ -53,16 +55,31 @@ def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class _MixedPrecision(PrecisionBackend):
-    """fp32 weights; matrix products in `compute_dtype` under torch.autocast."""
+    """fp32 weights (16-bit trainable ones made float32 masters at prepare); matrix products in
+    `compute_dtype` under torch.autocast."""
 
     native_amp = True
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
         self._autocast_kwargs = handlers.get(AutocastKwargs)
+        self.masters = MasterWeights(self.name)
         reason = slow_dtype_reason(device, self.compute_dtype)
         if reason is not None:
             warn_once(f"mixed_precision={self.name!r} will be slow here: {reason}. It runs as asked.")
+
+    def check_masters(self, modules: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        self.masters.check(modules, optimizers)
+
+    def keep_masters(self, module: nn.Module) -> None:
+        self.masters.keep(module)
+
+    def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self.masters.check_optimizer(optimizer)
+
+    @property
+    def upcast_parameters(self) -> tuple[UpcastParameter, ...]:
+        return tuple(self.masters.upcast)
 
     def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
         return self.autocast_builder(handler)()

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
-from accel.kwargs_handlers import AutocastKwargs, Handlers, KwargsHandler
+from accel.backends.masters import UpcastParameter
+from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, Handlers, KwargsHandler
 
 Forward = Callable[..., Any]
 
@@ -77,6 +78,12 @@ class PrecisionBackend:
         return self.name
 
     @property
+    def fp8_recipe_in_effect(self) -> tuple[str, FP8RecipeKwargs] | None:
+        """Where FP8 runs: the FP8 backend that runs it ("te", "ao", "msamp", "native") and the recipe
+        in effect (Accelerate's `accelerator.fp8_recipe_handler` reads it); None here."""
+        return None
+
+    @property
     def fsdp_precision(self) -> str:
         """The precision whose MixedPrecisionPolicy FSDP2 shards this one with (accel.fsdp.precision):
         its own name; an FP8 backend answers with its base precision."""
@@ -90,6 +97,25 @@ class PrecisionBackend:
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Return the model converted for this precision (cast, layers swapped). Default: as is."""
         return module
+
+    def check_masters(self, modules: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Raise ValueError, before prepare changes anything, when `keep_masters` on `modules` would change
+        the dtype of parameters one of `optimizers` already holds state for. Default: nothing changes."""
+
+    def keep_masters(self, module: nn.Module) -> None:
+        """Give the trainable parameters of a model that will train the dtype this precision steps, in
+        place (the same Parameters), before `convert_module`. Mixed precision makes 16-bit ones float32
+        masters (accel.backends.masters). Default: the weights stay as given."""
+
+    @property
+    def upcast_parameters(self) -> tuple[UpcastParameter, ...]:
+        """The parameters `keep_masters` made float32 so far (name, dtype they had, size); empty here.
+
+        >>> from accel import Accelerator
+        >>> Accelerator(mixed_precision="no").precision.upcast_parameters
+        ()
+        """
+        return ()
 
     def wrap_forward(self, forward: Forward) -> Forward:
         """Return the forward to install on a prepared model. Default: `forward` itself (no cost)."""

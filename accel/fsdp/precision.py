@@ -2,7 +2,9 @@
 
 FSDP2 casts each unit's gathered parameters to `param_dtype` for forward and backward and
 reduce-scatters the gradients in `reduce_dtype`; the sharded parameters (what the optimizer
-updates) keep their own dtype. So mixed precision keeps fp32 master weights, as without FSDP:
+updates) keep their own dtype. So mixed precision keeps fp32 master weights, as without FSDP (a
+model that arrives in 16 bits has its trainable parameters made float32 before sharding, by the
+precision's `keep_masters`: accel.backends.masters):
 
 | mixed_precision | param_dtype | reduce_dtype | sharded weights |
 |---|---|---|---|

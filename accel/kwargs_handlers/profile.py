@@ -30,7 +30,7 @@ class ProfileKwargs(KwargsHandler):
     with_flops: bool = False
     with_modules: bool = False
     output_trace_dir: str | None = None
-    """Where each process writes its Chrome trace (`trace_<process>.json`) when the block ends."""
+    """Where each process writes its Chrome trace (`profile_<process>.json`, as Accelerate) when the block ends."""
 
     def __post_init__(self) -> None:
         for name in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):

@@ -23,8 +23,13 @@ def prepare_model(
     place: bool,
     state: ProcessState | None = None,
     quantizer: Quantizer | None = None,
+    keep_masters: bool = True,
 ) -> nn.Module:
     """Move `model` to `device`, convert it for the precision and install its forward wrapper.
+
+    With `keep_masters` (a model that will train) the precision first gives its trainable weights
+    the dtype it steps, in place (`PrecisionBackend.keep_masters`: float32 masters under mixed
+    precision); quantized weights are frozen by then and keep theirs.
 
     Preparing a model twice (by one Accelerator or by several in turn) leaves one wrapper; a
     DistributedDataParallel model is prepared through the module inside it. With several
@@ -39,6 +44,8 @@ def prepare_model(
         broadcast_module(model, state)
     if quantizer is not None:  # weights are equal on every process by now, so their quant states are too
         quantizer.convert(model)
+    if keep_masters:
+        backend.keep_masters(model)
     model = backend.convert_module(model)
     forward = model.forward
     wrapped = backend.wrap_forward(forward)

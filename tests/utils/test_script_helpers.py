@@ -133,7 +133,7 @@ def test_profile_records_operators_and_writes_a_trace(tmp_path: Path) -> None:
     with accelerator.profile() as profiler:
         torch.randn(32, 32) @ torch.randn(32, 32)
     assert "aten::mm" in {event.key for event in profiler.key_averages()}
-    assert (tmp_path / "trace_0.json").stat().st_size > 0
+    assert (tmp_path / "profile_0.json").stat().st_size > 0  # Accelerate's file name
     with pytest.raises(ValueError, match="activities='tpu' is not accepted"):
         ProfileKwargs(activities=("tpu",))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -20,6 +20,7 @@ from torch import nn
 from accel.backends.base import PrecisionBackend
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base_precision import create_base, loss_scaler_of
+from accel.backends.masters import UpcastParameter
 from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers, KwargsHandler
 
 logger = logging.getLogger("accel")
@@ -80,6 +81,10 @@ class FP8Backend(PrecisionBackend):
         return ""
 
     @property
+    def fp8_recipe_in_effect(self) -> tuple[str, FP8RecipeKwargs]:
+        return self.library, self.recipe
+
+    @property
     def fsdp_precision(self) -> str:
         """The base precision's name: FSDP2 gathers and reduces as that precision says (accel.fsdp.precision)."""
         return FSDP_BASE_NAMES.get(self.recipe.base_precision, self.recipe.base_precision)
@@ -129,6 +134,17 @@ class FP8Backend(PrecisionBackend):
     def convert_base(self, module: nn.Module) -> nn.Module:
         """`module` as the base precision keeps it (cast to 16 bits for a true base), before FP8 conversion."""
         return self.base.convert_module(module)
+
+    def check_masters(self, modules: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        self.base.check_masters(modules, optimizers)
+
+    def keep_masters(self, module: nn.Module) -> None:
+        """The base precision's masters (float32 for a bf16/fp16 base), before the FP8 conversion."""
+        self.base.keep_masters(module)
+
+    @property
+    def upcast_parameters(self) -> tuple[UpcastParameter, ...]:
+        return self.base.upcast_parameters
 
     def autocast(self, handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
         return self.base.autocast(handler)
