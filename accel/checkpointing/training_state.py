@@ -158,7 +158,7 @@ def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[
     checkpoint's models and optimizers as `read_shards` read them)."""
     objects = staged.objects
     rank = accelerator.process_state.process_index
-    rng_file, loaders_file = own_files(rank, staged.manifest.num_processes)
+    rng_file, loaders_file = own_files(rank, staged.manifest.num_processes, staged.manifest.process_states)
     for index, loader in enumerate(accelerator.prepared.dataloaders):
         with restoring(label, f"dataloader {index}", loaders_file):
             loader.load_state_dict(objects[loaders_file][index])
@@ -179,7 +179,7 @@ def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[
     accelerator.gradient_state.step = accumulation["micro_batch"]
     accelerator.gradient_state.sync_gradients = accumulation["sync_gradients"]
     if rng_file is None:
-        warn_no_rng(rank, staged.manifest.num_processes)
+        warn_no_rng(rank, staged.manifest.num_processes, staged.manifest.process_states)
         return
     with restoring(label, "the RNG states", rng_file):
         restore_rng(objects[rng_file])
@@ -200,7 +200,7 @@ def _apply_files(accelerator: CheckpointHost, staged: Staged, label: str) -> Non
 
 def _object_files(accelerator: CheckpointHost, manifest: Manifest) -> list[str]:
     """The torch.save files this process reads: the shared ones and its own (see processes.own_files)."""
-    rng_file, loaders_file = own_files(accelerator.process_state.process_index, manifest.num_processes)
+    rng_file, loaders_file = own_files(accelerator.process_state.process_index, manifest.num_processes, manifest.process_states)
     optimizers = 0 if is_sharded_checkpoint(manifest) else len(accelerator.prepared.optimizers)
     return [
         *(layout.optimizer_file(i) for i in range(optimizers)),
