@@ -16,8 +16,10 @@ With one process each function here just runs its action.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -42,6 +44,25 @@ _REBUILT = {
 """Errors raised on one process that are raised again, as the same type, on the others."""
 
 
+_ALONE = contextvars.ContextVar("accel_checkpoint_alone", default=False)
+"""True while the main process saves without the others (see participation.py): nothing here waits for them."""
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Within it, the functions below take no other process: the main process saves by itself."""
+    token = _ALONE.set(True)
+    try:
+        yield
+    finally:
+        _ALONE.reset(token)
+
+
+def together(accelerator: CheckpointHost) -> bool:
+    """True when several processes take part in what checkpointing does now."""
+    return accelerator.process_state.distributed and not _ALONE.get()
+
+
 def per_process_objects(accelerator: CheckpointHost) -> dict[str, tuple[Any, str]]:
     """File name -> (value, what it is) of every process's RNG states and dataloader positions."""
     own = (capture_rng(), [loader.state_dict() for loader in accelerator.prepared.dataloaders])
@@ -54,7 +75,7 @@ def per_process_objects(accelerator: CheckpointHost) -> dict[str, tuple[Any, str
 
 
 def _everyone(accelerator: CheckpointHost, own: Any) -> list[tuple[int, Any]]:
-    if not accelerator.process_state.distributed:
+    if not together(accelerator):
         return [(accelerator.process_state.process_index, own)]
     return list(enumerate(operations.gather_objects(own, accelerator.process_state)))
 
@@ -65,20 +86,33 @@ def averaged(gradients: dict[str, torch.Tensor], accelerator: CheckpointHost) ->
     DDP averages the accumulated gradients at the window's last micro-batch, so resuming every
     process from the mean continues the window exactly: mean(a_r + b_r) = mean(a) + mean(b_r).
     """
+    if gradients and _ALONE.get():
+        raise ValueError(
+            "save_state was called by the main process alone inside a gradient accumulation window: the other "
+            "processes' accumulated gradients are part of the state and only they hold them. Save at a window boundary "
+            "(when accelerator.sync_gradients is True), or call save_state from every process."
+        )
     return operations.reduce(gradients, accelerator.process_state, "mean") if gradients else gradients
 
 
-def own_files(rank: int, saved_processes: int) -> tuple[str | None, str]:
-    """(this process's RNG file, or None when the saving run had no such process; its dataloader file)."""
-    if rank < saved_processes:
+def own_files(rank: int, saved_processes: int, held: list[int] | None = None) -> tuple[str | None, str]:
+    """(this process's RNG file, or None when the checkpoint holds none for it; its dataloader file,
+    process 0's when it holds none of its own). `held`: the processes whose states the checkpoint
+    holds, when not all `saved_processes` (a save by the main process alone holds [0])."""
+    if rank < saved_processes and (held is None or rank in held):
         return layout.random_states_file(rank), layout.dataloaders_file(rank)
     return None, layout.dataloaders_file(0)
 
 
-def warn_no_rng(rank: int, saved_processes: int) -> None:
+def warn_no_rng(rank: int, saved_processes: int, held: list[int] | None = None) -> None:
+    if held is not None and rank < saved_processes:
+        where = (f"was saved by the main process alone (save_state inside `if accelerator.is_main_process:`) and "
+                 f"holds the RNG states and dataloader position of process(es) {held} only")
+    else:
+        where = f"holds the RNG states of {saved_processes} process(es), none for process {rank}"
     warnings.warn(
-        f"load_state: the checkpoint holds the RNG states of {saved_processes} process(es), none for process {rank}; "
-        "it keeps its own (its random numbers, dropout say, do not continue a saved sequence).",
+        f"load_state: the checkpoint {where}; process {rank} keeps its own RNG states (its random numbers, dropout "
+        "say, do not continue a saved sequence) and takes process 0's dataloader position.",
         UserWarning,
         stacklevel=4,
     )
@@ -87,7 +121,7 @@ def warn_no_rng(rank: int, saved_processes: int) -> None:
 def on_main(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
     """Run `action` on the main process only; its result on every process, or its error raised on every one."""
     state = accelerator.process_state
-    if not state.distributed:
+    if not together(accelerator):
         return action()
     result: Any = None
     error: Exception | None = None
@@ -107,7 +141,7 @@ def on_main(accelerator: CheckpointHost, action: Callable[[], T], label: str) ->
 def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
     """Run `action` on every process; if it raised on any, raise on every one (naming the first that failed)."""
     state = accelerator.process_state
-    if not state.distributed:
+    if not together(accelerator):
         return action()
     result: Any = None
     error: Exception | None = None

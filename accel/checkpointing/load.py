@@ -7,8 +7,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accel.checkpointing.accelerate_files import is_accelerate_checkpoint
 from accel.checkpointing.across_processes import agree, on_main
 from accel.checkpointing.errors import CheckpointError
+from accel.checkpointing.from_accelerate import load_accelerate_state
 from accel.checkpointing.hooks import models_loaded_by_accel
 from accel.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from accel.checkpointing.naming import leftover_of, numbered_checkpoints
@@ -19,9 +21,6 @@ from accel.checkpointing.training_state import apply, stage
 if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost
 
-_ACCELERATE_FILES = ("random_states_0.pkl", "optimizer.bin", "scheduler.bin", "pytorch_model.bin")
-
-
 def load_state(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | None) -> Path:
     """Restore the checkpoint in `input_dir`, or the project's newest one; return its folder.
 
@@ -31,6 +30,9 @@ def load_state(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | 
     """
     folder = on_main(accelerator, lambda: _source(accelerator, input_dir), "load_state")
     label = f"load_state: checkpoint {str(folder)!r}"
+    if not (folder / MANIFEST_NAME).exists() and is_accelerate_checkpoint(folder):
+        load_accelerate_state(accelerator, folder, label)
+        return folder
     verify = accelerator.process_state.is_local_main_process  # one check of the files per machine
     manifest = agree(accelerator, lambda: open_checkpoint(folder, label, verify=verify), "load_state")
     models = models_loaded_by_accel(accelerator, folder)
@@ -76,11 +78,11 @@ def _source(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | Non
             "project_dir= the folder given when saving."
         )
     for _, folder in reversed(numbered_checkpoints(checkpoints)):
-        if (folder / MANIFEST_NAME).is_file():
+        if (folder / MANIFEST_NAME).is_file() or is_accelerate_checkpoint(folder):
             return folder
         warnings.warn(
             f"load_state: skipping {str(folder)!r}: it has no {MANIFEST_NAME}, so it is not a complete accel "
-            "checkpoint.",
+            "checkpoint (nor one of Accelerate's).",
             UserWarning,
             stacklevel=4,
         )
@@ -94,11 +96,5 @@ def _what_it_is(folder: Path) -> str:
     names = sorted(entry.name for entry in folder.iterdir())
     if not names:
         return "The folder is empty."
-    if any(name in names for name in _ACCELERATE_FILES):
-        return (
-            "It looks like a Hugging Face Accelerate checkpoint, whose pickled files can run code when loaded; "
-            "accel does not load them. Its model.safetensors can be loaded with "
-            "safetensors.torch.load_model(model, path)."
-        )
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     return f"It holds {shown}."

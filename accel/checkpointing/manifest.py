@@ -56,6 +56,9 @@ class Manifest:
     """Every other file of the checkpoint, with its size and SHA-256 (`shards/...` for a sharded one's)."""
     fsdp: dict[str, Any] | None = None
     """Saved under FSDP: {"state_dict_type": ..., and the plugin's other settings}; else None."""
+    process_states: list[int] | None = None
+    """The processes whose RNG states and dataloader positions it holds, when not all `num_processes`:
+    [0] for a save by the main process alone (inside `if accelerator.is_main_process:`); else None."""
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -75,6 +78,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "files": dict,
     "created": str,
     "fsdp": (dict, type(None)),
+    "process_states": (list, type(None)),
 }
 
 
@@ -128,6 +132,9 @@ def _from_dict(data: dict[str, Any], label: str) -> Manifest:
         _check(label, f"gradient_accumulation.{key}", data["gradient_accumulation"].get(key), kind)
     _check_window(label, data["gradient_accumulation"])
     _check_fsdp(label, data.get("fsdp"))
+    held = data.get("process_states")
+    if held is not None and not (held and all(type(r) is int and 0 <= r < data["num_processes"] for r in held)):
+        raise CheckpointError(f"{label}: {MANIFEST_NAME} has process_states={held!r}; the checkpoint is damaged.")
     files = {}
     for name, entry in data["files"].items():
         if not _is_plain_name(name) or not isinstance(entry, dict):

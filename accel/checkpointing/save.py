@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -11,11 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel._version import __version__
-from accel.checkpointing.across_processes import agree, on_main
+from accel.checkpointing.across_processes import agree, alone, on_main
+from accel.checkpointing.call_site import refuse_main_only
 from accel.checkpointing.compat import fp8_setup
 from accel.checkpointing.hooks import files_saved_by_hooks
 from accel.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
 from accel.checkpointing.naming import next_number, numbered_name, to_rotate_out
+from accel.checkpointing.participation import GRACE_SECONDS, late_folder, participants, publish_result
 from accel.checkpointing.project import check_folder
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.serialization import save_tensors, save_torch
@@ -40,23 +43,50 @@ def save_state(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] |
     the main process alone writes, and every process returns its folder (or raises its error).
     """
     require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
-    snapshot = collect(accelerator)
-    if accelerator.strategy.sharded_checkpoints:
-        target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
+    strategy = accelerator.strategy
+    if strategy.sharded_checkpoints or strategy.shards_parameters:
+        refuse_main_only(accelerator, "save_state")
+        who, session = "all", 0  # every process must come: a collective save, as before
     else:
-        target, iteration = on_main(accelerator, lambda: _publish(accelerator, output_dir, snapshot), "save_state")
+        who, session = participants(accelerator)
+    if who == "late":
+        return _late(session)
+    with alone() if who == "main" else contextlib.nullcontext():
+        snapshot = collect(accelerator)
+        if strategy.sharded_checkpoints:
+            target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
+        else:
+            target, iteration = on_main(
+                accelerator, lambda: _publish(accelerator, output_dir, snapshot, who == "main"), "save_state"
+            )
+    if who == "main":
+        publish_result(session, str(target))
     accelerator.project_configuration.iteration = iteration + 1
     return target
 
 
-def _publish(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot) -> tuple[Path, int]:
+def _late(session: int) -> Path:
+    """A process that called save_state after the main process had saved without it: the main process's folder."""
+    folder = Path(late_folder(session))
+    warnings.warn(
+        f"save_state: this process called save_state more than {GRACE_SECONDS:g} s after the main process, which "
+        f"saved {str(folder)!r} without this process's RNG states and dataloader position.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return folder
+
+
+def _publish(
+    accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot, main_only: bool = False
+) -> tuple[Path, int]:
     """Choose the folder, write the snapshot there atomically and rotate old checkpoints (main process)."""
     target, iteration, automatic = _target(accelerator, output_dir)
     _refuse_foreign_folder(target)
     limit = accelerator.project_configuration.total_limit
     if automatic:
         _rotate(target.parent, limit)  # what a save killed before its rotation left behind
-    publish_folder(target, lambda folder: _write(folder, snapshot, accelerator, iteration))
+    publish_folder(target, lambda folder: _write(folder, snapshot, accelerator, iteration, main_only))
     if automatic:
         _rotate(target.parent, limit, keep=target)
     return target, iteration
@@ -139,7 +169,7 @@ def _is_checkpoint(folder: Path) -> bool:
         return False
 
 
-def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iteration: int) -> None:
+def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iteration: int, main_only: bool = False) -> None:
     """Write every file into `folder`, the manifest (with sizes and checksums) last.
 
     Save pre-hooks run first; the weights of the models they saved themselves are not written.
@@ -163,6 +193,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iterat
         dataloaders=snapshot.dataloaders,
         files={name: describe_file(folder / name) for name in written},
         fsdp=accelerator.strategy.checkpoint_record(),
+        process_states=[0] if main_only and accelerator.process_state.distributed else None,
     )
     text = manifest.to_json().encode("utf-8")
     write_file(folder / MANIFEST_NAME, lambda file: file.write(text))

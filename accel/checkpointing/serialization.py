@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +48,26 @@ def save_torch(value: Any, path: Path) -> None:
     write_file(path, lambda file: torch.save(value, file))
 
 
-def load_torch(path: Path, label: str) -> Any:
-    """torch.load(weights_only=True): a file that would need code to rebuild is refused unrun."""
+_FOREIGN = (
+    "accel never writes such files: this one was replaced or written by something else. Do not trust this "
+    "checkpoint; load another."
+)
+
+
+def load_torch(path: Path, label: str, allowed: Sequence[Any] = (), refused: str = _FOREIGN) -> Any:
+    """torch.load(weights_only=True): a file that would need code to rebuild is refused unrun.
+
+    `allowed` adds classes and functions the file may name (torch.serialization.safe_globals, for
+    this load only); `refused` ends the error raised for a file that names anything else.
+    """
     try:
-        with warnings.catch_warnings():  # torch's note on a foreign pickle protocol: noise next to the error below
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        with warnings.catch_warnings(), torch.serialization.safe_globals(list(allowed)):
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # noise next to the error below
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{label}: {path.name} holds objects that only running code could rebuild, so it was refused "
-            f"and nothing in it ran (torch.load(weights_only=True): {_unpickler_reason(exc)}). accel never "
-            "writes such files: this one was replaced or written by something else. Do not trust this "
-            "checkpoint; load another."
+            f"and nothing in it ran (torch.load(weights_only=True): {_unpickler_reason(exc)}). {refused}"
         ) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise CheckpointError(f"{label}: {path.name} cannot be read ({_first_line(exc)}); it is damaged.") from exc

@@ -158,30 +158,30 @@ def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[
     checkpoint's models and optimizers as `read_shards` read them)."""
     objects = staged.objects
     rank = accelerator.process_state.process_index
-    rng_file, loaders_file = own_files(rank, staged.manifest.num_processes)
+    rng_file, loaders_file = own_files(rank, staged.manifest.num_processes, staged.manifest.process_states)
     for index, loader in enumerate(accelerator.prepared.dataloaders):
-        with _restoring(label, f"dataloader {index}", loaders_file):
+        with restoring(label, f"dataloader {index}", loaders_file):
             loader.load_state_dict(objects[loaders_file][index])
     for index, obj in enumerate(accelerator.prepared.registered):
-        with _restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
+        with restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])
     if shards is not None:
-        with _restoring(label, "the models and optimizers", layout.SHARDS_DIR):
+        with restoring(label, "the models and optimizers", layout.SHARDS_DIR):
             apply_shards(accelerator, shards, staged.models)
     else:
         _apply_files(accelerator, staged, label)
     for index, scheduler in enumerate(accelerator.prepared.schedulers):
-        with _restoring(label, f"scheduler {index}", layout.scheduler_file(index)):
+        with restoring(label, f"scheduler {index}", layout.scheduler_file(index)):
             scheduler.load_state_dict(objects[layout.scheduler_file(index)])
-    with _restoring(label, f"the precision ({accelerator.precision.name})", layout.PRECISION_FILE):
+    with restoring(label, f"the precision ({accelerator.precision.name})", layout.PRECISION_FILE):
         accelerator.precision.load_state_dict(objects[layout.PRECISION_FILE])
     accumulation = staged.manifest.gradient_accumulation
     accelerator.gradient_state.step = accumulation["micro_batch"]
     accelerator.gradient_state.sync_gradients = accumulation["sync_gradients"]
     if rng_file is None:
-        warn_no_rng(rank, staged.manifest.num_processes)
+        warn_no_rng(rank, staged.manifest.num_processes, staged.manifest.process_states)
         return
-    with _restoring(label, "the RNG states", rng_file):
+    with restoring(label, "the RNG states", rng_file):
         restore_rng(objects[rng_file])
 
 
@@ -190,17 +190,17 @@ def _apply_files(accelerator: CheckpointHost, staged: Staged, label: str) -> Non
     by_name = staged.manifest.fsdp is not None  # optimizer states saved under FSDP are keyed by parameter name
     for position, index in enumerate(staged.models):
         model = accelerator.prepared.models[index]
-        with _restoring(label, f"model {index}", layout.model_file(index)):
+        with restoring(label, f"model {index}", layout.model_file(index)):
             load_weights(accelerator, model, staged.weights[position])
             load_gradients(accelerator, model, staged.gradients[position])
     for index in range(len(accelerator.prepared.optimizers)):
-        with _restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
+        with restoring(label, f"optimizer {index}", layout.optimizer_file(index)):
             load_optimizer(accelerator, index, staged.objects[layout.optimizer_file(index)], by_name)
 
 
 def _object_files(accelerator: CheckpointHost, manifest: Manifest) -> list[str]:
     """The torch.save files this process reads: the shared ones and its own (see processes.own_files)."""
-    rng_file, loaders_file = own_files(accelerator.process_state.process_index, manifest.num_processes)
+    rng_file, loaders_file = own_files(accelerator.process_state.process_index, manifest.num_processes, manifest.process_states)
     optimizers = 0 if is_sharded_checkpoint(manifest) else len(accelerator.prepared.optimizers)
     return [
         *(layout.optimizer_file(i) for i in range(optimizers)),
@@ -226,7 +226,7 @@ def _raise_if(label: str, problems: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def _restoring(label: str, what: str, file: str) -> Iterator[None]:
+def restoring(label: str, what: str, file: str) -> Iterator[None]:
     """Name the object and file when restoring one of them fails."""
     try:
         yield
