@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import pickle
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import accelerate.data_loader as theirs
@@ -79,7 +80,7 @@ def test_map_style_batches_are_accelerates(processes: int, split_batches: bool, 
         if split_batches and size % processes:
             continue
         for rank in range(processes):
-            both(lambda: DataLoader(range(length), batch_size=size, shuffle=shuffle, drop_last=drop_last),
+            both(partial(DataLoader, range(length), batch_size=size, shuffle=shuffle, drop_last=drop_last),
                  num_processes=processes, process_index=rank, split_batches=split_batches, even_batches=even_batches,
                  dispatch_batches=False)
 
@@ -88,7 +89,7 @@ def test_map_style_batches_are_accelerates(processes: int, split_batches: bool, 
 def test_the_seedable_sampler_orders_as_accelerates(data_seed: int | None) -> None:
     for processes, length, size in itertools.product([1, 2], [5, 13], [2, 4]):
         for rank in range(processes):
-            both(lambda: DataLoader(range(length), batch_size=size, shuffle=True), epochs=3, num_processes=processes,
+            both(partial(DataLoader, range(length), batch_size=size, shuffle=True), epochs=3, num_processes=processes,
                  process_index=rank, use_seedable_sampler=True, data_seed=data_seed)
 
 
@@ -101,7 +102,7 @@ def test_a_batch_sampler_given_explicitly_is_split_as_accelerate_splits_it(even_
     ]
     for make, processes, length in itertools.product(makers, [2, 3], [1, 4, 7, 10]):
         for rank in range(processes):
-            both(lambda: make(length), num_processes=processes, process_index=rank, even_batches=even_batches)
+            both(partial(make, length), num_processes=processes, process_index=rank, even_batches=even_batches)
 
 
 @pytest.mark.parametrize("processes", [1, 2, 3])
@@ -113,7 +114,7 @@ def test_iterable_batches_are_accelerates(processes: int, split_batches: bool, d
         if split_batches and size % processes:
             continue
         for rank in range(processes):
-            both(lambda: DataLoader(Stream(length, sized), batch_size=size, drop_last=drop_last),
+            both(partial(DataLoader, Stream(length, sized), batch_size=size, drop_last=drop_last),
                  num_processes=processes, process_index=rank, split_batches=split_batches, dispatch_batches=False)
 
 
@@ -125,10 +126,10 @@ def test_one_process_dispatch_is_accelerates(split_batches: bool, drop_last: boo
         dataset: Any = Stream(length) if iterable else range(length)
         options = {"put_on_device": True, "split_batches": split_batches, "dispatch_batches": None if iterable else True}
         if drop_last and length < size:  # no batch at all: Accelerate's dispatcher raises, accel's yields none
-            assert run(prepare_data_loader, lambda: DataLoader(dataset, batch_size=size, drop_last=True), **options) \
+            assert run(prepare_data_loader, partial(DataLoader, dataset, batch_size=size, drop_last=True), **options) \
                 == (0, [([], None), ([], None)])
             continue
-        both(lambda: DataLoader(dataset, batch_size=size, drop_last=drop_last), **options)
+        both(partial(DataLoader, dataset, batch_size=size, drop_last=drop_last), **options)
 
 
 def test_dispatch_needs_batches_on_the_device() -> None:

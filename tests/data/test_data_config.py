@@ -24,8 +24,8 @@ from accel.data import sharding
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader import PreparedDataLoader
 from accel.data.loader_options import check_dataloader_config
-from accel.training.gradient_state import GradientState
 from accel.distributed.process_state import ProcessState
+from accel.training.gradient_state import GradientState
 
 CPU = torch.device("cpu")
 

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from accel.data import sharding
 from accel.data.loader import PreparedDataLoader
-from accel.training.gradient_state import GradientState
 from accel.distributed.process_state import ProcessState
+from accel.training.gradient_state import GradientState
 
 CPU = torch.device("cpu")
 EPOCHS = 4
