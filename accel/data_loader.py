@@ -8,8 +8,9 @@
 * `IterableDatasetShard`: one process's elements of an IterableDataset (accel.data.iterable_sharding).
 * `SkipBatchSampler`: a batch sampler without its first batches.
 * `SkipDataLoader`: a DataLoader without its first batches on every pass.
+* `BatchSamplerShard`: one process's batches of a batch sampler (accel.data.sharding).
 
-Not supported (docs/migration.md says why): `BatchSamplerShard`, `DataLoaderDispatcher`,
+Not supported (docs/migration.md says why): `DataLoaderDispatcher`,
 `DataLoaderAdapter`, `DataLoaderStateMixin`, `get_sampler`. They can be imported, so that a script
 importing one still runs; using one raises NotImplementedError with the reason.
 """
@@ -20,9 +21,11 @@ from accel.data.loader import PreparedDataLoader
 from accel.data.loader import PreparedDataLoader as DataLoaderShard
 from accel.data.loader_options import SeededRandomSampler as SeedableRandomSampler
 from accel.data.prepare import prepare_data_loader
+from accel.data.sharding import BatchSamplerShard
 from accel.data.skipping import SkipBatchSampler, SkipDataLoader, skip_first_batches
 
 __all__ = [
+    "BatchSamplerShard",
     "DataLoaderShard",
     "IterableDatasetShard",
     "PreparedDataLoader",
@@ -35,10 +38,8 @@ __all__ = [
 
 __getattr__ = refusals(
     {
-        "BatchSamplerShard": "prepare() shards batch samplers itself (process r takes block r of each global batch, the "
-        "epoch's order drawn on process 0); to see one process's part, iterate the prepared dataloader in that process.",
-        "DataLoaderDispatcher": "accel never dispatches batches from the main process: every process reads its own part "
-        "(DataLoaderConfiguration(dispatch_batches=True) is refused too).",
+        "DataLoaderDispatcher": "prepare() and prepare_data_loader() dispatch batches themselves with "
+        "DataLoaderConfiguration(dispatch_batches=True) (the default for an IterableDataset); build none directly.",
         "DataLoaderAdapter": "it adapts torchdata's StatefulDataLoader, which accel does not use: prepared dataloaders "
         "resume exactly through save_state/load_state.",
         "DataLoaderStateMixin": "a prepared dataloader (accel.data_loader.DataLoaderShard) keeps its own end-of-epoch state "

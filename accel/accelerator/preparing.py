@@ -139,19 +139,17 @@ class PrepareMixin:
     def prepare_data_loader(
         self, data_loader: DataLoader[Any], device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
     ) -> PreparedDataLoader:
-        """Wrap `data_loader` so that its batches land on the device (and each process gets its own part)."""
-        if slice_fn_for_dispatch is not None:
-            raise ValueError(
-                "prepare_data_loader(slice_fn_for_dispatch=...): accel does not dispatch batches from the main "
-                "process (each process reads its own part), so there is nothing to slice. Drop the argument."
-            )
+        """Wrap `data_loader` so that its batches land on the device (and each process gets its own part).
+        `slice_fn_for_dispatch`: with dispatched batches, how a process's part is cut from each batch
+        (`slice_fn(batch, slice, process_index=..., num_processes=...)`, Accelerate's argument)."""
         if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
             if not any(d is data_loader for d in self.prepared.dataloaders):
                 self.prepared.dataloaders.append(data_loader)
             return data_loader
         place = self._placement(device_placement)
         wrapped = PreparedDataLoader(
-            data_loader, self.process_state.device, self.gradient_state, place, self.process_state, config=self.dataloader_config
+            data_loader, self.process_state.device, self.gradient_state, place, self.process_state,
+            config=self.dataloader_config, slice_fn=slice_fn_for_dispatch,
         )
         self.prepared.dataloaders.append(wrapped)
         return wrapped

@@ -93,10 +93,14 @@ class ProcessMixin:
         return pad_across_processes(tensor, self.process_state, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """`gather`, without the samples that padding repeated in the last batch of an epoch.
+        """`gather`, cut at the last batch of a prepared dataloader's epoch to its real samples (Accelerate's
+        rule, in one process too: the first `gradient_state.remainder` rows, when it is above 0).
 
-        Data other than tensors (or with `use_gather_object=True`) is gathered as Python objects:
-        a list from each process is concatenated into one list.
+        Data other than tensors (or with `use_gather_object=True`) is gathered as Python objects: each
+        process's (a list, say) is iterated and the items joined into one list; in one process it stays as is.
+
+        Example: one process, 10 samples in batches of 4: on the last batch,
+        `accelerator.gather_for_metrics(loss.repeat(4))` has 2 rows.
         """
         active = self.gradient_state.active_dataloader
         keep = active.gathered_rows_to_keep() if active is not None else None

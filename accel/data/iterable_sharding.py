@@ -1,90 +1,50 @@
-"""Splitting a DataLoader over an IterableDataset between processes (Accelerate's IterableDatasetShard).
+"""Splitting a DataLoader over an IterableDataset between processes, when batches are not dispatched
+(`DataLoaderConfiguration(dispatch_batches=False)`; the default for an IterableDataset is dispatching,
+dispatching.py). Accelerate's IterableDatasetShard, element for element:
 
 Every process iterates the whole stream and keeps its own slice of each global batch: with W
 processes of batch B, global batch s is elements [s*W*B, (s+1)*W*B) of the stream, process r
 keeping the r-th block of B (with `split_batches`, the DataLoader's batch_size is the global
-batch and each process keeps batch_size / W of it). Together the processes see, step by step,
-the batches one process with batch W*B would see, in the same order.
+batch and each process keeps batch_size / W of it).
 
-The last, short global batch:
-* `drop_last=True`: dropped on every process (as Accelerate).
-* `even_batches=True` (the default): completed by repeating elements from the start of that
-  epoch's stream, so that every process gets the same number of full batches; those batches are
-  tagged with how many of the global batch's elements are real, and `gather_for_metrics` keeps only
-  those (the repeats come last in the gather). Accelerate pads the same way.
-* `even_batches=False`: process r keeps its block as it is (short or empty): no element is
-  repeated, and processes may then take different numbers of batches (use
-  `join_uneven_inputs`). Accelerate's IterableDatasetShard ignores even_batches and always pads.
+The last, short global batch is dropped with `drop_last`, else completed by repeating elements of
+the epoch's first global batch, whatever `even_batches` says (Accelerate's IterableDatasetShard has
+no such option). As Accelerate, `gather_for_metrics` keeps those repeats (the loader's remainder is 0).
 
-The processes must see the same stream: a dataset that shuffles with its own `generator`
-attribute (a torch.Generator) gets process 0's generator state at the start of every epoch (what
-Accelerate's synchronized generator does); other randomness in the dataset is the script's to
-seed identically. With DataLoader workers, each worker's part of the stream is split the same
-way (the dataset must split itself between workers, as with plain torch); the last global batch
-of each worker is then the short one.
+The processes must see the same stream: a dataset with a torch.Generator `generator` and no
+`set_epoch` is reseeded with the epoch number each epoch (Accelerate's rule); with `set_epoch`, its
+generator's state is taken from process 0 as each epoch starts. Other randomness in the dataset is
+the script's to seed identically. A Hugging Face `datasets.IterableDataset` with at least W shards
+is split by shards instead (`dataset.shard`), as Accelerate does.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
-from torch.utils.data._utils.collate import default_collate, default_convert
 
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import loader_options
 from accel.data.sharding import Sharding
 from accel.distributed import operations
-from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
 
 
-class Tail:
-    """An element of a padded last batch: the element, and how many elements of its global batch are real."""
-
-    __slots__ = ("element", "real")
-
-    def __init__(self, element: Any, real: int) -> None:
-        self.element = element
-        self.real = real
-
-
-class TaggedBatch:
-    """A collated batch that holds repeated elements: the batch, and the real rows of its global batch."""
-
-    __slots__ = ("batch", "real")
-
-    def __init__(self, batch: Any, real: int) -> None:
-        self.batch = batch
-        self.real = real
-
-    def __reduce__(self) -> tuple[Any, ...]:  # crosses from DataLoader workers to the main process
-        return (TaggedBatch, (self.batch, self.real))
-
-
-class TailCollate:
-    """The user's collate_fn, applied to the elements of padded batches too (then wrapped in a TaggedBatch)."""
-
-    def __init__(self, collate_fn: Callable[[list[Any]], Any]) -> None:
-        self.collate_fn = collate_fn
-
-    def __call__(self, elements: list[Any]) -> Any:
-        if elements and type(elements[0]) is Tail:
-            return TaggedBatch(self.collate_fn([e.element for e in elements]), elements[0].real)
-        return self.collate_fn(elements)
-
-
 class IterableDatasetShard(IterableDataset):
-    """This process's elements of `dataset` (see the module docstring); `batch_size` is this process's
-    batch (with `split_batches`, the global one), `drop_last` and `even_batches` decide the last batch."""
+    """This process's elements of `dataset` (Accelerate's IterableDatasetShard: same arguments, elements and
+    len; see the module docstring). `batch_size` is this process's batch (with `split_batches`, the global one).
+
+    Example: on 2 processes with batch_size=2, a stream 0, 1, ..., 4 gives process 0 the elements
+    0, 1, 4, 0 (its batches [0, 1], [4, 0]) and process 1 the elements 2, 3, 1, 2."""
 
     def __init__(self, dataset: IterableDataset, batch_size: int = 1, drop_last: bool = False,
-                 num_processes: int = 1, process_index: int = 0, split_batches: bool = False,
-                 even_batches: bool = True) -> None:
-        if split_batches and batch_size % num_processes:
+                 num_processes: int = 1, process_index: int = 0, split_batches: bool = False) -> None:
+        if split_batches and batch_size > 1 and batch_size % num_processes:
             raise ValueError(
                 f"IterableDatasetShard(split_batches=True): batch_size={batch_size} cannot be split over "
                 f"num_processes={num_processes}; give a multiple of {num_processes}."
@@ -95,11 +55,7 @@ class IterableDatasetShard(IterableDataset):
         self.num_processes = num_processes
         self.process_index = process_index
         self.split_batches = split_batches
-        self.even_batches = even_batches
         self.epoch = 0
-        self.tag_tail = False
-        """True (a prepared loader's shard): the elements of a padded last batch come as `Tail`s, which
-        TailCollate turns into a TaggedBatch, so that the prepared loader knows the batch's real rows."""
 
     @property
     def part(self) -> int:
@@ -119,94 +75,89 @@ class IterableDatasetShard(IterableDataset):
             set_epoch(epoch)
 
     def __len__(self) -> int:
-        """Elements this process yields in an epoch (TypeError when the dataset has no len)."""
-        full, rest = divmod(len(self.dataset), self.global_size)  # type: ignore[arg-type]  # TypeError if unsized
-        if rest == 0 or self.drop_last:
-            return full * self.part
-        if self.even_batches:
-            return (full + 1) * self.part
-        return full * self.part + min(max(rest - self.process_index * self.part, 0), self.part)
+        """Accelerate's count (TypeError when the dataset has no len): whole batches of batch_size x
+        num_processes elements, the last one counted too unless drop_last. (With split_batches this is
+        num_processes times what a process takes; Accelerate counts so, and scripts size schedules by it.)"""
+        whole, rest = divmod(len(self.dataset), self.batch_size * self.num_processes)  # type: ignore[arg-type]  # TypeError if unsized
+        return (whole + (1 if rest and not self.drop_last else 0)) * self.batch_size
 
     def __iter__(self) -> Iterator[Any]:
+        generator = getattr(self.dataset, "generator", None)
+        if not hasattr(self.dataset, "set_epoch") and isinstance(generator, torch.Generator):
+            generator.manual_seed(self.epoch)  # Accelerate reseeds such a dataset with the epoch number
         size, part = self.global_size, self.part
-        start, stop = self.process_index * part, (self.process_index + 1) * part
+        mine = slice(self.process_index * part, (self.process_index + 1) * part)
         first: list[Any] | None = None
         batch: list[Any] = []
         for element in self.dataset:
             batch.append(element)
             if len(batch) == size:
-                yield from batch[start:stop]
+                yield from batch[mine]
                 first = batch if first is None else first
                 batch = []
         if not batch or self.drop_last:
             return
-        if not self.even_batches:
-            yield from batch[start:stop]
-            return
-        real = len(batch)
         source = itertools.cycle(first if first is not None else list(batch))
-        batch.extend(itertools.islice(source, size - real))
-        if self.tag_tail:
-            yield from (Tail(element, real) for element in batch[start:stop])
-        else:
-            yield from batch[start:stop]
+        batch.extend(itertools.islice(source, size - len(batch)))
+        yield from batch[mine]
 
 
 class IterableSharding(Sharding):
-    """The prepared loader's view of an IterableDatasetShard (sharding.Sharding's interface)."""
+    """The prepared loader's view of an IterableDatasetShard (sharding.Sharding's interface); `synchronize`:
+    take the dataset's generator from process 0 as each epoch starts (with several real processes)."""
 
-    def __init__(self, shard: IterableDatasetShard, state: ProcessState) -> None:
+    def __init__(self, shard: IterableDataset, state: ProcessState, synchronize: bool) -> None:
         self.shard = shard
         self._state = state
-        self.tail_real: int | None = None
-        """Real rows of the global batch in use, when that batch holds repeated elements (set by loader.py)."""
-
-    @property
-    def even_batches(self) -> bool:
-        """The shard's even_batches (join_uneven_inputs(even_batches=...) overrides it inside its block)."""
-        return self.shard.even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        self.shard.even_batches = value
+        self._synchronize = synchronize
 
     def start_epoch(self, epoch: int) -> None:
-        self.tail_real = None
-        self.shard.epoch = epoch  # the prepared loader passes it to the dataset's own set_epoch
-        generator = getattr(self.shard.dataset, "generator", None)
-        if isinstance(generator, torch.Generator):
+        generator = getattr(getattr(self.shard, "dataset", self.shard), "generator", None)
+        if self._synchronize and isinstance(generator, torch.Generator):
             generator.set_state(operations.broadcast(generator.get_state(), self._state, check_shapes=False))
 
-    def keep(self, batches: int) -> Keep:
-        return self.tail_real
 
-def shard_iterable_loader(loader: DataLoader[Any], state: ProcessState,
-                          config: DataLoaderConfiguration) -> tuple[DataLoader[Any], IterableSharding]:
-    """`loader` rebuilt around an IterableDatasetShard of its dataset, and its sharding."""
+def shard_iterable_loader(loader: DataLoader[Any], state: ProcessState, config: DataLoaderConfiguration,
+                          layout: tuple[int, int] | None = None) -> tuple[DataLoader[Any], Sharding]:
+    """`loader` rebuilt around this process's part of its dataset (process `layout[1]` of `layout[0]`,
+    default: this one of this run), and its sharding; in one process, `loader` itself."""
+    processes, rank = layout if layout is not None else (state.num_processes, state.process_index)
+    if processes == 1:
+        return loader, Sharding()
     size = loader.batch_size
     if size is None:
         raise NotImplementedError(
             "prepare: this DataLoader reads an IterableDataset with batch_size=None (the dataset yields whole "
             "batches), which accel cannot split into equal parts for every process. Let the DataLoader batch the "
-            "samples (give it a batch_size), or give each process its own stream and leave the DataLoader "
-            "unprepared (move batches with .to(accelerator.device))."
+            "samples (give it a batch_size), use DataLoaderConfiguration(dispatch_batches=True), or give each "
+            "process its own stream and leave the DataLoader unprepared (move batches with .to(accelerator.device))."
         )
-    if config.split_batches and size % state.num_processes:
+    if config.split_batches and size > 1 and size % processes:
         raise ValueError(
             f"DataLoaderConfiguration(split_batches=True): the DataLoader's batch_size={size} cannot be split over "
-            f"num_processes={state.num_processes}: it must be a multiple of {state.num_processes}. Use such a "
+            f"num_processes={processes}: it must be a multiple of {processes}. Use such a "
             "batch_size, or split_batches=False (each process then gets batches of batch_size)."
         )
-    # the loader's dataset is an IterableDataset here (accel.data.loader picks this sharding for one)
-    shard = IterableDatasetShard(
-        loader.dataset,  # type: ignore[arg-type]  # an IterableDataset: see above
-        size, loader.drop_last, state.num_processes, state.process_index, config.split_batches, config.even_batches,
-    )
-    shard.tag_tail = True
+    real = (processes, rank) == (state.num_processes, state.process_index) and state.distributed
     options = loader_options(loader)
-    collate = options.get("collate_fn")
-    if collate is None or collate is default_convert:  # torch's defaults with batching: default_collate
-        collate = default_collate
-    options["collate_fn"] = TailCollate(collate)
-    rebuilt = DataLoader(shard, batch_size=shard.part, drop_last=False, **options)
-    return rebuilt, IterableSharding(shard, state)
+    batch = size // processes if config.split_batches else size
+    hub = _hub_shard(loader.dataset, processes, rank, config)
+    if hub is not None:  # a datasets.IterableDataset with enough shards: each process reads its own (as Accelerate)
+        return DataLoader(hub, batch_size=size, drop_last=loader.drop_last, **options), Sharding()
+    shard = IterableDatasetShard(
+        loader.dataset,  # type: ignore[arg-type]  # an IterableDataset (accel.data.loader picks this sharding for one)
+        size, loader.drop_last, processes, rank, config.split_batches,
+    )
+    rebuilt = DataLoader(shard, batch_size=batch, drop_last=loader.drop_last, **options)
+    return rebuilt, IterableSharding(shard, state, real)
+
+
+def _hub_shard(dataset: Any, processes: int, rank: int, config: DataLoaderConfiguration) -> Any:
+    """Process `rank`'s shard of a Hugging Face `datasets.IterableDataset` with at least `processes` shards
+    (not with split_batches), as Accelerate takes it; None for any other dataset."""
+    if config.split_batches or "datasets" not in sys.modules:
+        return None
+    hub_iterable = getattr(sys.modules["datasets"], "IterableDataset", None)
+    if hub_iterable is None or not isinstance(dataset, hub_iterable) or dataset.n_shards < processes:
+        return None
+    return dataset.shard(num_shards=processes, index=rank)

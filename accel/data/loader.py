@@ -27,21 +27,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accel._tree import map_tensors
 from accel.data.configuration import DataLoaderConfiguration
-from accel.data.iterable_sharding import IterableSharding, TaggedBatch, shard_iterable_loader
-from accel.data.loader_options import check_dataloader_config, seed_loader
-from accel.data.position import (
-    apply_rng,
-    capture_rng,
-    check_position,
-    generators,
-    length,
-)
-from accel.data.sharding import shard_loader
-from accel.data.skipping import SkippedEpochStart, skipping_loader
+from accel.data.dispatching import SliceFn, dispatch_loader
+from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
+from accel.data.loader_options import check_dataloader_config, dispatches, seed_loader
+from accel.data.position import apply_rng, capture_rng, check_position, generators
+from accel.data.sharding import Sharding, shard_loader
+from accel.data.skipping import SkippedEpochStart
 from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
 from accel.training.gradient_state import GradientState
@@ -103,15 +98,24 @@ class PreparedDataLoader(DataLoader):
         state: ProcessState | None = None,
         *,
         config: DataLoaderConfiguration | None = None,
+        layout: tuple[int, int] | None = None,
+        slice_fn: SliceFn | None = None,
     ):
         if loader is self:  # prepared already (see __new__)
             return
         config = DataLoaderConfiguration() if config is None else config
         check_dataloader_config(config)
         state = state or ProcessState(device=device)
+        layout = layout or (state.num_processes, state.process_index)
         seeded, self._seeded = seed_loader(loader, config)
-        iterable = state.distributed and isinstance(seeded.dataset, IterableDataset)
-        self.loader, self._sharding = (shard_iterable_loader if iterable else shard_loader)(seeded, state, config)
+        self.loader: DataLoader[Any]
+        self._sharding: Sharding
+        if dispatches(config, loader, place):
+            self.loader, self._sharding = dispatch_loader(seeded, state, config.split_batches, slice_fn)
+        elif isinstance(seeded.dataset, IterableDataset):
+            self.loader, self._sharding = shard_iterable_loader(seeded, state, config, layout)
+        else:
+            self.loader, self._sharding = shard_loader(seeded, state, config, layout)
         self.config = config
         self.ending = False
         """True while the epoch's last batch is in use (gather_for_metrics then drops padding)."""
@@ -122,9 +126,9 @@ class PreparedDataLoader(DataLoader):
         self._place = place and device.type != "cpu"
         self._non_blocking = config.non_blocking
         size = _batch_size(loader)
-        split = config.split_batches and state.distributed
-        self._total_batch_size = None if size is None else size if split else size * state.num_processes
-        self._drop_last = _drops_last(loader)
+        split = config.split_batches and layout[0] > 1
+        self._total_batch_size = None if size is None else size if split else size * layout[0]
+        self._drop_last = bool(loader.drop_last)
         self._epoch_targets = _epoch_targets(loader)
         self._epochs_started = 0
         self._running: list[_Epoch] = []
@@ -148,7 +152,7 @@ class PreparedDataLoader(DataLoader):
     def _iterate(self, skip: int | None) -> Iterator[Any]:
         """One epoch; `skip`: the batch it starts at (None: the loaded position, or its start)."""
         loaded = self._resume
-        if skip is not None and loaded is not None and skip < loaded["batch"] >= length(self.loader):
+        if skip is not None and loaded is not None and skip < loaded["batch"] >= self._length():
             self._finish_loaded_epoch()  # it has no batch left: the skip is for the epoch after it
         index = self._epochs_started if self._resume is None else self._resume["epoch"]
         self._sharding.start_epoch(index)
@@ -168,6 +172,7 @@ class PreparedDataLoader(DataLoader):
                 current = upcoming
             epoch.batches += 1
             self.ending = True
+            self.remainder = self._sharding.ending_remainder(self.remainder)
             yield self._deliver(current)
         finally:
             self.ending = False
@@ -175,13 +180,7 @@ class PreparedDataLoader(DataLoader):
             self._running.remove(epoch)
 
     def _deliver(self, batch: Any) -> Any:
-        """The batch as the script gets it: without the tag of a padded iterable batch, on the device."""
-        if type(batch) is TaggedBatch:
-            # a TaggedBatch comes only from an IterableSharding, which has tail_real
-            self._sharding.tail_real = self.remainder = batch.real  # type: ignore[attr-defined]  # IterableSharding
-            batch = batch.batch
-        elif isinstance(self._sharding, IterableSharding):
-            self._sharding.tail_real = None
+        """The batch as the script gets it: on the device."""
         if not self._place:
             return batch
         return map_tensors(lambda t: t.to(self.device, non_blocking=self._non_blocking), batch)
@@ -229,24 +228,28 @@ class PreparedDataLoader(DataLoader):
     @property
     def total_dataset_length(self) -> int:
         """len() of the user's dataset (its `total_length` when it has one, as Accelerate)."""
-        dataset = getattr(self.loader.dataset, "dataset", None) if self._iterable else None
-        dataset = self.loader.dataset if dataset is None else dataset
+        dataset = self.loader.dataset
+        dataset = dataset.dataset if isinstance(dataset, IterableDatasetShard) else dataset
         total = getattr(dataset, "total_length", None)
         # a dataset without len raises TypeError here, as Accelerate's
         return total if isinstance(total, int) else len(dataset)  # type: ignore[arg-type]  # TypeError if unsized
 
-    @property
-    def _iterable(self) -> bool:
-        return isinstance(self._sharding, IterableSharding)
-
     def _initial_remainder(self) -> int:
-        """Accelerate's remainder as an epoch starts: total length modulo total batch size, or -1
-        (drop_last, no batch size, or a dataset without len)."""
-        size = self.total_batch_size
-        if size is None or self._drop_last:
+        """Accelerate's remainder as an epoch starts (DataLoaderStateMixin.begin): -1 when the DataLoader
+        drops its last batch; else the length of the dataset this process's loader reads (an IterableDatasetShard's
+        own, padded, length) modulo the batch size of its batch sampler times the processes it is split over
+        (-1 when either is unknown). Dispatched batches: -1 until the last batch."""
+        if self._drop_last or self._sharding.dispatches:
             return -1
+        loader = self.loader
+        holder = loader.sampler if isinstance(loader.sampler, BatchSampler) else loader.batch_sampler
+        size = getattr(holder, "batch_size", None)
+        if not isinstance(size, int) or size <= 0:
+            return -1
+        size = size if getattr(holder, "split_batches", False) else size * getattr(holder, "num_processes", 1)
         try:
-            return self.total_dataset_length % size
+            total = getattr(loader.dataset, "total_dataset_length", None)
+            return int((len(loader.dataset) if total is None else total) % size)  # type: ignore[arg-type]  # TypeError if unsized
         except TypeError:
             return -1
 
@@ -257,7 +260,7 @@ class PreparedDataLoader(DataLoader):
         resume, self._resume = self._resume, None
         if resume is None:
             epoch.batches = skip or 0
-            batches = iter(skipping_loader(self.loader, skip) if skip else self.loader)
+            batches = self._sharding.open(self.loader, skip or 0)
             return batches, next(batches, _END)
         # Replay the saved epoch from the RNG states it started with, then put back the RNG state
         # load_state restored, so that the skipped batches leave no trace in it.
@@ -266,7 +269,7 @@ class PreparedDataLoader(DataLoader):
         epoch.batches = resume["batch"] if skip is None else skip
         apply_rng(self.loader, epoch.rng)
         try:
-            batches = iter(self.loader)
+            batches = self._sharding.open(self.loader, 0)
             for _ in range(epoch.batches):
                 if next(batches, _END) is _END:
                     if skip is not None:  # asked to skip past the end: an empty epoch, as Accelerate's
@@ -290,23 +293,28 @@ class PreparedDataLoader(DataLoader):
         self._apply_epoch(resume["epoch"])
         apply_rng(self.loader, resume["rng"])
         try:
-            for _ in skipping_loader(self.loader, resume["batch"]):
+            for _ in self._sharding.open(self.loader, resume["batch"]):
                 pass
         finally:
             torch.set_rng_state(restored)
         self._epochs_started = resume["epoch"] + 1
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return self._sharding.length(self.loader)
+
+    def _length(self) -> float:
+        """len(self), or infinity when there is none (an IterableDataset without __len__)."""
+        try:
+            return len(self)
+        except TypeError:
+            return float("inf")
 
     def gathered_rows_to_keep(self) -> Keep:
-        """While the epoch's last batch is in use: which rows of its gather across processes are real
-        samples (the first n, or these positions), or None when none is padding."""
-        if not self._running:
+        """While the epoch's last batch is in use: which rows of its gather `gather_for_metrics` keeps (the
+        first n, as Accelerate: n is the loader's `remainder` when above 0), or None for all of them."""
+        if not self._running or not self.ending:
             return None
-        if self.ending:
-            return self._sharding.keep(self._running[-1].batches)
-        return self._sharding.tail_real if isinstance(self._sharding, IterableSharding) else None
+        return self._sharding.keep(self._running[-1].batches, self.remainder)
 
     def state_dict(self) -> dict[str, Any]:
         """The position: `epoch` (0-based; the next one when no epoch is running), `batch` (batches
@@ -360,9 +368,3 @@ def _batch_size(loader: DataLoader[Any]) -> int | None:
     holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
     size = getattr(holder, "batch_size", None)
     return size if isinstance(size, int) and not isinstance(size, bool) else None
-
-
-def _drops_last(loader: DataLoader[Any]) -> bool:
-    """Whether the script's DataLoader (or its batch sampler) drops a short last batch."""
-    holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    return bool(loader.drop_last or getattr(holder, "drop_last", False))

@@ -44,12 +44,6 @@ def check_dataloader_config(config: DataLoaderConfiguration) -> None:
             f"dataloader_config={config!r} is not accepted; give a DataLoaderConfiguration "
             "(from accel.utils import DataLoaderConfiguration), or None for the defaults."
         )
-    if config.dispatch_batches:
-        raise ValueError(
-            "DataLoaderConfiguration(dispatch_batches=True) is not supported: accel does not send batches from "
-            "the main process to the others; every process reads its own part of a map-style dataset. Leave "
-            "dispatch_batches at None (or False), and give each process its own stream for an IterableDataset."
-        )
     if config.use_stateful_dataloader:
         raise ValueError(
             "DataLoaderConfiguration(use_stateful_dataloader=True) is not supported: accel does not use torchdata's "
@@ -61,6 +55,21 @@ def check_dataloader_config(config: DataLoaderConfiguration) -> None:
             f"DataLoaderConfiguration(data_seed={config.data_seed!r}) has no effect with use_seedable_sampler=False "
             "(only the seedable sampler uses it). Set use_seedable_sampler=True, or leave data_seed=None."
         )
+
+
+def dispatches(config: DataLoaderConfiguration, loader: DataLoader[Any], place: bool) -> bool:
+    """Whether process 0 reads `loader` and sends each process its part (Accelerate's rule): as
+    `dispatch_batches` says; when None, for an IterableDataset whose batches go to the device. Dispatching
+    needs batches on the device (`place`), as in Accelerate: asking for it without raises."""
+    if config.dispatch_batches is None:
+        return place and isinstance(loader.dataset, IterableDataset)
+    if config.dispatch_batches and not place:
+        raise ValueError(
+            "DataLoaderConfiguration(dispatch_batches=True) sends each batch from process 0 to the device of every "
+            "process, so it needs device placement, and this DataLoader is prepared with device_placement=False "
+            "(put_on_device=False). Use device placement, or dispatch_batches=False (each process reads its own part)."
+        )
+    return bool(config.dispatch_batches)
 
 
 def loader_options(loader: DataLoader[Any]) -> dict[str, Any]:

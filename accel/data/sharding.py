@@ -1,51 +1,41 @@
-"""Splitting a DataLoader between processes: each gets a disjoint part of every epoch.
+"""Splitting a DataLoader between processes, batch for batch as Accelerate splits it.
 
-The user's DataLoader is rebuilt around a batch sampler that hands each process its part, keeping
-the dataset, collate_fn, workers, drop_last, shuffling and generator.
+The user's DataLoader is rebuilt around a `BatchSamplerShard` (Accelerate's class, same arguments,
+batches and len) over its batch sampler, keeping the dataset, collate_fn, workers and generator.
+Every process iterates the whole batch sampler and keeps its own batches:
 
-Global step s of W processes with per-process batch B covers samples [s*W*B, (s+1)*W*B) of the
-epoch's order, process r taking the r-th block of B. Together they see exactly the batch one
-process with batch W*B would see, in the same order: training with W processes of batch B
-follows training with one process of batch W*B. With `split_batches` the DataLoader's batch size
-is that global batch: each process takes batch_size / W of each batch it yields.
+* Batches r, r + W, r + 2W, ... go to process r (W processes), as long as every process of the
+  round gets a full batch. With `split_batches` every batch is cut into W parts instead, process r
+  taking part r.
+* The end of the epoch, unless the batch sampler drops its short last batch (`drop_last`):
+  with `even_batches` (the default) the round is completed with samples from the start of the
+  epoch (the first W batches, repeated as needed), in full batches, so that every process takes
+  the same number of steps of the same size (DDP needs that); with `split_batches` the short
+  batch is completed from the first batch. With `even_batches=False` nothing is repeated: the
+  processes left take what is there, and may take one batch fewer than the others.
+* `len()` is this process's number of batches.
 
-A last, short global batch: with `even_batches` (the default) it is split evenly and padded with
-samples from the start of the epoch, so that every process takes the same number of steps (DDP
-needs that); `gather_for_metrics` drops those duplicates again. With `even_batches=False`
-(Accelerate's meaning) process r takes its block of B as it is, or nothing when the block is
-empty: processes may then take different numbers of batches, and their last batches may differ
-in size.
-
-The epoch's order is drawn exactly as torch's RandomSampler draws it (a seed from the global RNG,
-or the sampler's generator), then taken from process 0 on every process: the shards stay
-disjoint even when the processes' RNGs differ. As torch's sampler does, a generator also draws a
-second, unused permutation when the epoch's indices run out, at the step where one process of
-batch W*B would: the next epoch's order depends on it. Other samplers and batch samplers are run
-on process 0, and its list of batches is sent to all. A DistributedSampler the script made
-itself is kept as it is (its epoch is set at each epoch). A DataLoader with batch_size=None
-has its sampler's items dealt out as batches (BatchListShard). An IterableDataset is split by
-iterable_sharding.py.
+As Accelerate, a shuffling sampler without a generator is given one when the loader is prepared,
+seeded from torch's global RNG, and each epoch the generator's state is taken from process 0, so
+that every process draws the same order (the shards are disjoint even when the processes' RNGs
+differ). A DistributedSampler the script made itself is kept as it is (its epoch is set at each
+epoch; Accelerate would split its part again). With batch_size=None the sampler's items are dealt
+out as batches. An IterableDataset is split by iterable_sharding.py or dispatching.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Iterator, Sized
-from typing import Any, TypeGuard
+from collections.abc import Callable, Iterator, Sized
+from typing import Any
 
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    RandomSampler,
-    Sampler,
-    SequentialSampler,
-)
+from torch.utils.data import BatchSampler, DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from accel.data.configuration import DataLoaderConfiguration
-from accel.data.loader_options import SeededRandomSampler, loader_options
+from accel.data.loader_options import loader_options
+from accel.data.skipping import skipping_loader
 from accel.distributed import operations
 from accel.distributed.operations import Keep
 from accel.distributed.process_state import ProcessState
@@ -54,12 +44,29 @@ from accel.distributed.process_state import ProcessState
 class Sharding:
     """How a prepared loader is split; this base class is the unsplit loader (one process)."""
 
+    dispatches = False
+    """True: process 0 reads the loader and sends each process its part (dispatching.py)."""
+
     def start_epoch(self, epoch: int) -> None:
         """Called as each epoch starts, with its number."""
 
-    def keep(self, batches: int) -> Keep:
-        """For the epoch's last batch (the `batches`-th): the rows of its gather that are not padding."""
-        return None
+    def open(self, loader: DataLoader[Any], skip: int) -> Iterator[Any]:
+        """An iterator over this process's batches of an epoch of `loader` (its rebuilt one), from batch `skip`
+        on (the skipped batches' samples are not loaded)."""
+        return iter(skipping_loader(loader, skip) if skip else loader)
+
+    def length(self, loader: DataLoader[Any]) -> int:
+        """This process's batches in an epoch (TypeError when unknown)."""
+        return len(loader)
+
+    def ending_remainder(self, remainder: int) -> int:
+        """The loader's `remainder` while the epoch's last batch is in use, given the one it started with."""
+        return remainder
+
+    def keep(self, batches: int, remainder: int) -> Keep:
+        """For the epoch's last batch (the `batches`-th): the rows of its gather that gather_for_metrics keeps.
+        Accelerate's rule: the first `remainder` (the loader's), all when it is 0 or -1."""
+        return remainder if remainder > 0 else None
 
     @contextlib.contextmanager
     def override_even_batches(self, even_batches: bool) -> Iterator[None]:
@@ -81,150 +88,125 @@ class Sharding:
         """Raise ValueError when this split cannot follow `even_batches`."""
 
 
-def _part(block: list[int], rank: int, processes: int, size: int, even: bool, start: list[int]) -> list[int]:
-    """Process `rank`'s part of a short global batch `block` (full: `processes` x `size`): with `even`,
-    an equal share of it padded from `start` (the epoch's first indices); else its block of `size`."""
-    if not even:
-        return block[rank * size : (rank + 1) * size]
-    size = math.ceil(len(block) / processes)
-    padded = block + [start[i % len(start)] for i in range(size * processes - len(block))]
-    return padded[rank * size : (rank + 1) * size]
+class BatchSamplerShard(BatchSampler, Sharding):
+    """Process `process_index`'s batches of `batch_sampler` (Accelerate's BatchSamplerShard: same
+    arguments, same batches, same len; see the module docstring for the rules).
 
+    Every process iterates the whole batch sampler (its generator, when it has one, was taken from
+    process 0 as the epoch started, so all draw the same batches) and keeps its own.
 
-class ShardedBatchSampler(Sampler[list[int]], Sharding):
-    """This process's block of each global batch, from RandomSampler's or SequentialSampler's order."""
+    Example: on 2 processes, a batch sampler yielding [0, 1, 2], [3, 4, 5], [6, 7, 8], [9]
+    gives process 0 [0, 1, 2], [6, 7, 8] and process 1 [3, 4, 5], [9, 0, 1]."""
 
-    def __init__(self, sampler: RandomSampler | SequentialSampler, batch_size: int, drop_last: bool,
-                 state: ProcessState, even_batches: bool = True) -> None:
-        self.sampler = sampler  # its generator is what checkpoints replay
-        self.batch_sampler: BatchSampler | None = None
-        """The DataLoader's BatchSampler this one replaces (Accelerate's BatchSamplerShard.batch_sampler)."""
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.even_batches = even_batches
-        self._state = state
-        self._size = len(sampler)
-        self._step = batch_size * state.num_processes
-
-    def __len__(self) -> int:
-        full, rest = divmod(self._size, self._step)
-        if self.drop_last or rest == 0:
-            return full
-        return full + (1 if self.even_batches or rest > self._state.process_index * self.batch_size else 0)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        order, generator = self._order()
-        rank, size, step = self._state.process_index, self.batch_size, self._step
-        full, rest = divmod(self._size, step)
-        for start in range(0, full * step, step):
-            yield order[start + rank * size : start + (rank + 1) * size]
-        if rest and not self.drop_last:
-            self._run_out(generator)  # torch's sampler runs out while it fills the short batch
-            part = _part(order[full * step :], rank, self._state.num_processes, size, self.even_batches, order)
-            if part:
-                yield part
-        else:
-            self._run_out(generator)  # ... or when asked for the batch after the last
-
-    def keep(self, batches: int) -> Keep:
-        rest = self._size % self._step
-        return rest if rest and self.even_batches and not self.drop_last else None
-
-    def _order(self) -> tuple[list[int], torch.Generator | None]:
-        """The epoch's order, drawn like the sampler draws it, taken from process 0, and the generator
-        that drew it when it is the sampler's own (None when the sampler's next draw matters to no one)."""
-        if isinstance(self.sampler, SequentialSampler):
-            return list(range(self._size)), None
-        if isinstance(self.sampler, SeededRandomSampler):
-            self.sampler.reseed()
-        generator = self.sampler.generator
-        if generator is None:
-            seed = torch.empty((), dtype=torch.int64).random_().reshape(1)
-            local = torch.Generator()
-            local.manual_seed(int(operations.broadcast(seed, self._state, check_shapes=False).item()))
-            return torch.randperm(self._size, generator=local).tolist(), None
-        generator.set_state(operations.broadcast(generator.get_state(), self._state, check_shapes=False))
-        return torch.randperm(self._size, generator=generator).tolist(), generator
-
-    def _run_out(self, generator: torch.Generator | None) -> None:
-        """What torch's RandomSampler draws when its indices run out: one more, unused, permutation."""
-        if generator is not None:
-            torch.randperm(self._size, generator=generator)
-
-
-class BatchListShard(Sampler[list[int]], Sharding):
-    """Batches r, r + W, r + 2W, ... of the user's batch sampler, as process 0 draws them; with
-    `split_size`, part r (of that size) of every batch instead. With DataLoader(batch_size=None) it
-    deals out the sampler's items the same way: lists of indices (a BatchSampler given as `sampler`,
-    Accelerate's case) or single indices of a dataset that returns whole batches."""
-
-    def __init__(self, batch_sampler: Sampler[list[int]], state: ProcessState, even_batches: bool = True,
-                 split_size: int | None = None, *, sized_items: bool = True) -> None:
+    def __init__(self, batch_sampler: Any, num_processes: int = 1, process_index: int = 0,
+                 split_batches: bool = False, even_batches: bool = True) -> None:
         self.batch_sampler = batch_sampler
-        self.sampler = getattr(batch_sampler, "sampler", None)
+        self.sampler = getattr(batch_sampler, "sampler", None)  # type: ignore[assignment]  # None when it has none
+        """The batch sampler's sampler, whose generator checkpoints replay."""
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.split_batches = split_batches
         self.even_batches = even_batches
-        self._state = state
-        self._split = split_size
-        self._keep: Keep = None
-        self._sized_items = sized_items
-        """False: the items are single indices of whole batches (DataLoader(batch_size=None)), rows unknown."""
+        self.batch_size = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]  # None: items are batches
+        self.drop_last = getattr(batch_sampler, "drop_last", False)
+        if split_batches and (self.batch_size is None or self.batch_size % num_processes):
+            raise ValueError(
+                f"BatchSamplerShard(split_batches=True): the batch sampler's batch_size={self.batch_size!r} must be a "
+                f"multiple of num_processes={num_processes}. Use such a batch size, or split_batches=False."
+            )
+        self.synchronize: Callable[[], None] | None = None
+        """Set by shard_loader with several real processes: takes the sampler's generator from process 0."""
+
+    @property
+    def total_length(self) -> int:
+        """Batches of the whole batch sampler."""
+        return len(self.batch_sampler)
+
+    def start_epoch(self, epoch: int) -> None:
+        if self.synchronize is not None:
+            self.synchronize()
 
     def __len__(self) -> int:
-        batches, processes = len(self.batch_sampler), self._state.num_processes  # type: ignore[arg-type]  # Sized (checked)
-        if self._split is not None:
+        batches, processes = len(self.batch_sampler), self.num_processes
+        if self.split_batches:
             return batches
-        if self.even_batches:
-            return math.ceil(batches / processes)
-        return len(range(self._state.process_index, batches, processes))
+        full, rest = divmod(batches, processes)
+        if rest == 0 or self.drop_last:
+            return full
+        return full + (1 if self.even_batches or self.process_index < rest else 0)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        drawn = [_item(batch) for batch in self.batch_sampler] if self._state.is_main_process else None
-        batches: list[list[int]] = operations.broadcast_object(drawn, self._state)
-        if self._split is not None:
-            yield from self._split_parts(batches)
+    def __iter__(self) -> Iterator[Any]:
+        return self._split() if self.split_batches else self._deal()
+
+    def _split(self) -> Iterator[list[int]]:
+        """split_batches: this process's slice of every full batch; a short last batch is padded from the
+        first batch (even_batches) or sliced as it is."""
+        part = self.batch_size // self.num_processes
+        mine = slice(part * self.process_index, part * (self.process_index + 1))
+        first: list[int] = []
+        last: list[int] = []
+        for index, batch in enumerate(self.batch_sampler):
+            first = batch if index == 0 else first
+            last = batch
+            if len(batch) == self.batch_size:
+                yield batch[mine]
+        if self.drop_last or not first or len(last) >= self.batch_size:
             return
-        processes = self._state.num_processes
-        rounds = math.ceil(len(batches) / processes)
-        last_round = batches[(rounds - 1) * processes :]
-        padded_round = self.even_batches and len(last_round) < processes
-        self._keep = sum(len(batch) for batch in last_round) if padded_round else None
-        padded = batches + batches[: rounds * processes - len(batches)] if self.even_batches else batches
-        yield from padded[self._state.process_index :: processes]
+        if not self.even_batches:
+            if len(last) > mine.start:
+                yield last[mine]
+            return
+        start = list(first)
+        while len(start) < self.batch_size:
+            start += start
+        yield (list(last) + start)[mine]
 
-    def _split_parts(self, batches: list[list[int]]) -> Iterator[list[int]]:
-        rank, processes, size = self._state.process_index, self._state.num_processes, self._split
-        assert size is not None
-        start = [index for batch in batches[:processes] for index in batch]
-        for batch in batches:
-            whole = len(batch) == size * processes
-            self._keep = None if whole else len(batch)  # read while the epoch's last batch is in use
-            yield batch[rank * size : (rank + 1) * size] if whole else _part(batch, rank, processes, size, True, start)
+    def _deal(self) -> Iterator[Any]:
+        """Batches r, r + W, r + 2W, ... while every process has a full one; then, with even_batches, the
+        batches after the last are made from the start of the epoch until every process has one more."""
+        processes, rank, size = self.num_processes, self.process_index, self.batch_size
+        start: list[Any] = []  # the items of the first `processes` batches (not needed with drop_last)
+        mine: Any = None
+        index, last = -1, []
+        for index, batch in enumerate(self.batch_sampler):
+            last = batch
+            if not self.drop_last and index < processes:
+                start.extend(batch) if size is not None else start.append(batch)
+            if index % processes == rank:
+                mine = batch
+            if index % processes == processes - 1 and (size is None or len(batch) == size):
+                yield mine
+                mine = None
+        if self.drop_last or not start:
+            return
+        if not self.even_batches:
+            if mine:
+                yield mine
+            return
+        if mine and (size is None or len(mine) == size):
+            yield mine
+        yield from self._pad(start, index, last)
 
-    def keep(self, batches: int) -> Keep:
-        return self._keep
+    def _pad(self, start: list[Any], index: int, last: Any) -> Iterator[Any]:
+        """The padding batches this process takes after the epoch's last batch (number `index`)."""
+        processes, rank, size = self.num_processes, self.process_index, self.batch_size
+        while len(start) < (processes * size if size is not None else processes):
+            start += start
+        batch: list[Any] = list(last) if size is not None and len(last) != size else []
+        index += 0 if batch else 1
+        taken = 0
+        while index % processes or batch:
+            if size is None:
+                batch, taken = start[taken], taken + 1
+            else:
+                needed = size - len(batch)
+                batch, taken = batch + start[taken : taken + needed], taken + needed
+            if index % processes == rank:
+                yield batch
+            batch, index = [], index + 1
 
     def _check_even_batches(self, even_batches: bool) -> None:
-        processes = self._state.num_processes
-        # the sampler is Sized (_check_shardable), which its Sampler type does not say
-        if not self._sized_items and even_batches and len(self.batch_sampler) % processes:  # type: ignore[arg-type]  # Sized
-            items = len(self.batch_sampler)  # type: ignore[arg-type]  # Sized (see above)
-            raise ValueError(
-                f"prepare: this DataLoader has batch_size=None and its sampler yields {items} single "
-                f"indices of whole batches, which do not divide evenly among {processes} processes. With "
-                "even_batches=True accel would repeat whole batches whose rows it cannot count, so gather_for_metrics "
-                f"could not drop them. Use a sampler whose length is a multiple of {processes}, "
-                "DataLoaderConfiguration(even_batches=False), or let the DataLoader batch the samples (batch_size)."
-            )
-        if self._split is not None and not even_batches:
-            raise ValueError(
-                f"even_batches=False with split_batches=True needs the DataLoader's own BatchSampler over a "
-                f"RandomSampler or SequentialSampler; this one's batch sampler is {type(self.batch_sampler).__name__}."
-            )
-
-
-def _item(batch: Any) -> Any:
-    """A batch sampler's batch as a list of indices (a single index stays as it is)."""
-    return batch if isinstance(batch, int) else list(batch)
+        """Any batch sampler follows either value (as Accelerate's)."""
 
 
 class KeptDistributedSampler(Sharding):
@@ -248,7 +230,7 @@ class KeptDistributedSampler(Sharding):
         if not even_batches:
             _check_own_sampler(DataLoaderConfiguration(even_batches=False))
 
-    def keep(self, batches: int) -> Keep:
+    def keep(self, batches: int, remainder: int) -> Keep:
         """The sampler pads the epoch's index list at its end, and process r takes positions r, r + W, ..."""
         sampler, processes = self.sampler, self._state.num_processes
         total = len(sampler.dataset)  # type: ignore[arg-type]  # a DistributedSampler's dataset has a len
@@ -260,46 +242,56 @@ class KeptDistributedSampler(Sharding):
         return rows if len(rows) < processes * size else None
 
 
-def shard_loader(loader: DataLoader[Any], state: ProcessState,
-                 config: DataLoaderConfiguration | None = None) -> tuple[DataLoader[Any], Sharding]:
-    """The loader each process iterates, and how it is split; in one process, `loader` itself.
+def shard_loader(loader: DataLoader[Any], state: ProcessState, config: DataLoaderConfiguration | None = None,
+                 layout: tuple[int, int] | None = None) -> tuple[DataLoader[Any], Sharding]:
+    """The loader process `layout[1]` of `layout[0]` iterates (default: this process of this run), and how it is
+    split; in one process, `loader` itself. Accelerate's prepare_data_loader for a map-style dataset (an
+    IterableDataset's loader is split by accel.data.iterable_sharding, accel.data.loader picks).
 
-    For a map-style dataset; an IterableDataset's loader is split by
-    accel.data.iterable_sharding.shard_iterable_loader (accel.data.loader picks).
-    """
+    As Accelerate: a shuffling sampler without a generator gets one, seeded from torch's global RNG, so that
+    every epoch's order can be taken from process 0 (`synchronize`, run only when `layout` is this run's)."""
     config = config or DataLoaderConfiguration()
-    if not state.distributed:
+    processes, rank = layout if layout is not None else (state.num_processes, state.process_index)
+    if processes == 1:
         return loader, Sharding()
     if isinstance(loader.sampler, DistributedSampler):
         _check_own_sampler(config)
         return loader, KeptDistributedSampler(loader.sampler, loader.batch_size or 1, state)
-    if loader.batch_sampler is None:
-        return _shard_unbatched(loader, state, config)
-    _check_shardable(loader.batch_sampler, "batch sampler")
-    batch_sampler = loader.batch_sampler
-    sampler = getattr(batch_sampler, "sampler", None)
-    split = _split_size(batch_sampler, state, config) if config.split_batches else None
-    if type(batch_sampler) is BatchSampler and _plain_order(sampler):
-        size = batch_sampler.batch_size if split is None else split
-        shard: ShardedBatchSampler | BatchListShard = ShardedBatchSampler(sampler, size, batch_sampler.drop_last,
-                                                                          state, config.even_batches)
-        shard.batch_sampler = batch_sampler
-    else:
-        if split is not None and not config.even_batches:
-            raise ValueError(
-                f"DataLoaderConfiguration(split_batches=True, even_batches=False) needs the DataLoader's own "
-                f"BatchSampler over a RandomSampler or SequentialSampler; this one's batch sampler is "
-                f"{type(batch_sampler).__name__}. Use even_batches=True, or split_batches=False."
-            )
-        # a Sized batch sampler (_check_shardable above), which the DataLoader's attribute type does not say
-        shard = BatchListShard(batch_sampler, state, config.even_batches, split)  # type: ignore[arg-type]  # Sized
-    rebuilt = DataLoader(loader.dataset, batch_sampler=shard, **loader_options(loader))
-    return rebuilt, shard
+    sampler_is_batch_sampler = isinstance(loader.sampler, BatchSampler)
+    batch_sampler = loader.sampler if sampler_is_batch_sampler or loader.batch_sampler is None else loader.batch_sampler
+    _check_shardable(batch_sampler, "sampler" if loader.batch_sampler is None else "batch sampler")
+    if config.split_batches:
+        _split_size(batch_sampler, processes, sampler_is_batch_sampler or loader.batch_sampler is not None)
+    items = loader.batch_sampler is None and not sampler_is_batch_sampler  # the sampler's items are whole batches
+    sampler = loader.sampler if items else getattr(batch_sampler, "sampler", None)
+    generator = _own_generator(sampler) if not config.use_seedable_sampler else None
+    shard = BatchSamplerShard(batch_sampler, processes, rank, config.split_batches, config.even_batches)
+    if generator is not None and state.distributed and (processes, rank) == (state.num_processes, state.process_index):
+        def synchronize() -> None:
+            generator.set_state(operations.broadcast(generator.get_state(), state, check_shapes=False))
+
+        shard.synchronize = synchronize
+    options = loader_options(loader)
+    if loader.batch_sampler is None:  # batch_size=None: the sampler's items are the batches
+        return DataLoader(loader.dataset, sampler=shard, batch_size=None, **options), shard
+    return DataLoader(loader.dataset, batch_sampler=shard, **options), shard
 
 
-def _split_size(batch_sampler: Any, state: ProcessState, config: DataLoaderConfiguration) -> int:
+def _own_generator(sampler: Any) -> torch.Generator | None:
+    """The sampler's torch.Generator, made (seeded from torch's global RNG, as Accelerate) when it has a
+    `generator` attribute set to None; None for a sampler without one."""
+    if not hasattr(sampler, "generator"):
+        return None
+    if sampler.generator is None:
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        sampler.generator = torch.Generator().manual_seed(seed)
+    generator = sampler.generator
+    return generator if isinstance(generator, torch.Generator) else None
+
+
+def _split_size(batch_sampler: Any, processes: int, batched: bool) -> int:
     """Each process's share of a batch under `split_batches`; raise unless the batch size divides evenly."""
-    size, processes = getattr(batch_sampler, "batch_size", None), state.num_processes
+    size = getattr(batch_sampler, "batch_size", None) if batched else None
     if isinstance(size, bool) or not isinstance(size, int):
         raise ValueError(
             f"DataLoaderConfiguration(split_batches=True) splits each batch over the {processes} processes, but this "
@@ -329,14 +321,6 @@ def _check_own_sampler(config: DataLoaderConfiguration) -> None:
         )
 
 
-def _plain_order(sampler: Any) -> TypeGuard[RandomSampler | SequentialSampler]:
-    """A SequentialSampler, or a RandomSampler that draws each sample once per epoch."""
-    if type(sampler) is SequentialSampler:
-        return True
-    plain = type(sampler) in (RandomSampler, SeededRandomSampler)
-    return plain and not sampler.replacement and sampler._num_samples is None
-
-
 def _check_shardable(sampler: Any, what: str) -> None:
     """Refuse a (batch) sampler accel cannot split, saying what to do instead."""
     if not isinstance(sampler, Sized):
@@ -344,27 +328,3 @@ def _check_shardable(sampler: Any, what: str) -> None:
             f"prepare: the DataLoader's {what} {type(sampler).__name__} has no len(), so it "
             "cannot be split into equal parts for every process. Give it a __len__."
         )
-
-
-def _shard_unbatched(loader: DataLoader[Any], state: ProcessState,
-                     config: DataLoaderConfiguration) -> tuple[DataLoader[Any], Sharding]:
-    """batch_size=None: each item of the sampler is a batch. A BatchSampler's lists of indices are split like
-    a batch sampler's batches (Accelerate's case); single indices (a dataset that returns whole batches) go
-    to the processes in turn: process r takes items r, r + W, ... (module docstring of BatchListShard)."""
-    sampler = loader.sampler
-    _check_shardable(sampler, "sampler")
-    lists = isinstance(sampler, BatchSampler)
-    split = _split_size(sampler, state, config) if config.split_batches and lists else None
-    if config.split_batches and not lists:
-        raise ValueError(
-            f"DataLoaderConfiguration(split_batches=True): this DataLoader has batch_size=None and its sampler "
-            f"{type(sampler).__name__} yields single indices (the dataset returns whole batches), which accel cannot "
-            "split between processes. Use split_batches=False (each process then takes every "
-            f"{state.num_processes}-th item), or let the DataLoader batch the samples (give it a batch_size)."
-        )
-    shard = BatchListShard(
-        sampler,  # type: ignore[arg-type]  # a Sized sampler (_check_shardable)
-        state, config.even_batches, split, sized_items=lists,
-    )
-    shard._check_even_batches(config.even_batches)
-    return DataLoader(loader.dataset, sampler=shard, batch_size=None, **loader_options(loader)), shard

@@ -10,7 +10,7 @@ With several processes:
 * `reduce` sums, averages, or takes the maximum or minimum of each tensor over the processes,
   into a new tensor. Shapes must match exactly; the same small all-gather checks them first (a
   mismatch, such as per-sample values of an uneven last batch, would otherwise hang or corrupt).
-* `gather_for_metrics` is `gather` without the padding of an epoch's last batch.
+* `gather_for_metrics` is `gather` cut, at an epoch's last batch, to the rows the loader says are real.
 * `broadcast` copies one process's tensors (a nested structure) into every process's, whose
   shapes are checked the same way.
 * `broadcast_object`, `broadcast_object_list`, `gather_objects` and `gather_object` move
@@ -106,23 +106,36 @@ def reduce(data: Any, state: ProcessState, reduction: str = "sum", check_shapes:
 
 @named_collective("gather_for_metrics")
 def gather_for_metrics(data: Any, state: ProcessState, keep: Keep, use_gather_object: bool = False) -> Any:
-    """`gather` (or, for data that is not all tensors, a gather of objects with lists concatenated),
-    then only the rows `keep` names (see PreparedDataLoader.gathered_rows_to_keep)."""
-    if not state.distributed:
-        return data
+    """Accelerate's gather_for_metrics: `gather` (or, for data that is not all tensors, or with
+    `use_gather_object`, the objects of every process concatenated; in one process the object itself),
+    then only the rows `keep` names (see PreparedDataLoader.gathered_rows_to_keep). Data that cannot
+    be cut so (a 0-dim tensor, an object without slicing) is returned whole, as Accelerate returns it."""
     as_objects = use_gather_object or not _only_tensors(data)
-    if as_objects:
-        parts = gather_objects(data, state)
-        gathered = [item for part in parts for item in part] if isinstance(data, list) else parts
-    else:
-        gathered = gather(data, state)
+    gathered = _concatenated_objects(data, state) if as_objects else gather(data, state)
     if keep is None:
         return gathered
-    if as_objects:
-        return gathered[:keep] if isinstance(keep, int) else [gathered[i] for i in keep]
-    if isinstance(keep, int):
-        return map_tensors(lambda t: t[:keep], gathered)
-    return map_tensors(lambda t: t[torch.tensor(keep, device=t.device)], gathered)
+    try:
+        if as_objects:
+            return gathered[:keep] if isinstance(keep, int) else [gathered[i] for i in keep]
+        if isinstance(keep, int):
+            return map_tensors(lambda t: t[:keep], gathered)
+        return map_tensors(lambda t: t[torch.tensor(keep, device=t.device)], gathered)
+    except (IndexError, TypeError, KeyError):
+        return gathered
+
+
+def _concatenated_objects(obj: Any, state: ProcessState) -> Any:
+    """Every process's `obj` iterated and joined into one list, in process order (in one process, `obj`)."""
+    if not state.distributed:
+        return obj
+    parts = gather_objects(obj, state)
+    try:
+        return [item for part in parts for item in part]
+    except TypeError as error:
+        raise TypeError(
+            f"gather_for_metrics gathers a {type(obj).__name__} as Python objects and joins every process's items "
+            "into one list, so it must be iterable (a list of values, say). Wrap the value in a list."
+        ) from error
 
 
 def _only_tensors(data: Any) -> bool:

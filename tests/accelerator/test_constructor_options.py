@@ -41,8 +41,8 @@ def test_dataloader_config_and_older_keywords_together_are_refused() -> None:
 
 
 def test_a_dataloader_option_accel_cannot_honour_is_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match="dispatch_batches=True"):
-        Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
+    with pytest.raises(ValueError, match="use_stateful_dataloader=True"):
+        Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
 
 
 def test_the_accumulation_plugin_sets_the_steps() -> None:
@@ -91,8 +91,9 @@ def test_prepare_methods_take_accelerates_keywords() -> None:
     optimizer = accelerator.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), device_placement=True)
     loader = accelerator.prepare_data_loader(DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2))
     assert len(loader) == 2 and optimizer.optimizer.param_groups[0]["lr"] == 0.1
-    with pytest.raises(ValueError, match="slice_fn_for_dispatch"):
-        accelerator.prepare_data_loader(DataLoader(TensorDataset(torch.ones(4, 2))), slice_fn_for_dispatch=lambda x: x)
+    halves = accelerator.prepare_data_loader(  # accepted; as in Accelerate it cuts only dispatched batches
+        DataLoader(torch.arange(4), batch_size=2), slice_fn_for_dispatch=lambda batch, rows, **_: batch[:1])
+    assert halves.config.dispatch_batches is None and [b.tolist() for b in halves] == [[0, 1], [2, 3]]
 
 
 def test_free_memory_forgets_what_was_prepared() -> None:

@@ -146,8 +146,10 @@ def test_prepare_data_loader_without_an_accelerator() -> None:
     assert isinstance(prepared, PreparedDataLoader) and [b.tolist() for b in prepared] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     ends = [accelerator.gradient_state.end_of_dataloader for _ in prepared]  # joined to the running Accelerator's
     assert ends == [False, True]
-    with pytest.raises(ValueError, match=r"num_processes=2.*process 0 of 1"):
-        prepare_data_loader(DataLoader(list(range(8))), num_processes=2)
+    second = prepare_data_loader(DataLoader(list(range(8)), batch_size=2), num_processes=2, process_index=1)
+    assert [b.tolist() for b in second] == [[2, 3], [6, 7]]  # process 1's part, computed here (as Accelerate)
+    with pytest.raises(ValueError, match=r"num_processes=2, process_index=2\).*0 <= process_index < num_processes"):
+        prepare_data_loader(DataLoader(list(range(8))), num_processes=2, process_index=2)
     with pytest.raises(ValueError, match="dispatch_batches=True"):
         prepare_data_loader(DataLoader(list(range(8))), dispatch_batches=True)
     with pytest.raises(ValueError, match="rng_types"):

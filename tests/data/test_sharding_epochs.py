@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
 from accel.data import sharding
 from accel.data.loader import PreparedDataLoader
-from accel.training.gradient_state import GradientState
 from accel.distributed.process_state import ProcessState
+from accel.training.gradient_state import GradientState
 
 CPU = torch.device("cpu")
 EPOCHS = 4
@@ -32,17 +32,23 @@ def _one_process_plays_all(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sharding.operations, "broadcast", lambda data, state, from_process=0, check_shapes=True: data)
 
 
-def _loader(size: int, batch: int, generator: bool, drop_last: bool) -> DataLoader[Any]:
-    options: dict[str, Any] = {"generator": torch.Generator().manual_seed(11)} if generator else {}
-    return DataLoader(list(range(size)), batch_size=batch, shuffle=True, drop_last=drop_last, **options)
+def _loader(size: int, batch: int, generator: bool, drop_last: bool, reference: bool = False) -> DataLoader[Any]:
+    """With `generator` False, the reference is given the generator prepare makes (seeded from the global RNG)."""
+    data = list(range(size))
+    if generator or not reference:
+        options: dict[str, Any] = {"generator": torch.Generator().manual_seed(11)} if generator else {}
+        return DataLoader(data, batch_size=batch, shuffle=True, drop_last=drop_last, **options)
+    seed = int(torch.empty((), dtype=torch.int64).random_().item())  # the sampler's alone, as prepare gives it
+    return DataLoader(data, batch_size=batch, sampler=RandomSampler(data, generator=torch.Generator().manual_seed(seed)),
+                      drop_last=drop_last)
 
 
 def _steps(loader: DataLoader[Any], epochs: int) -> Iterator[tuple[int, list[int], Any]]:
-    """(epoch, batch, generator state after taking it) for every step of `epochs` epochs."""
-    generator = loader.generator
+    """(epoch, batch, the sampler's generator state after taking it) for every step of `epochs` epochs."""
+    generator = loader.batch_sampler.sampler.generator  # type: ignore[union-attr]  # a RandomSampler's
     for epoch in range(epochs):
         for batch in loader:
-            state = generator.get_state() if generator is not None else torch.get_rng_state()
+            state = generator.get_state()
             yield epoch, batch.tolist(), state
 
 
@@ -53,7 +59,7 @@ def test_every_epoch_matches_one_process_with_n_times_the_batch(
     generator: bool, drop_last: bool, size: int, processes: int, batch: int
 ) -> None:
     torch.manual_seed(3)
-    reference = list(_steps(_loader(size, processes * batch, generator, drop_last), EPOCHS))
+    reference = list(_steps(_loader(size, processes * batch, generator, drop_last, reference=True), EPOCHS))
     views = []
     for rank in range(processes):
         torch.manual_seed(3)

@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from accel import Accelerator
 from accel.data.loader import PreparedDataLoader
-from accel.training.gradient_state import GradientState
 from accel.data.skipping import SkippedEpochStart, skip_first_batches
+from accel.training.gradient_state import GradientState
 
 CPU = torch.device("cpu")
 

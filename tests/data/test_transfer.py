@@ -18,7 +18,7 @@ class _OnlyDevice:
     def __init__(self) -> None:
         self.moved_to: Any = None
 
-    def to(self, device: Any) -> "_OnlyDevice":
+    def to(self, device: Any) -> _OnlyDevice:
         self.moved_to = device
         return self
 

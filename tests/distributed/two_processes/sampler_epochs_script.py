@@ -35,6 +35,9 @@ def reference(generator: bool) -> tuple[list[list[list[int]]], list[str]]:
     """Torch alone, one process of batch 2 x BATCH: each epoch's batches, and the generator after it."""
     torch.manual_seed(SEED)
     plain = loader(2 * BATCH, generator, SEED)
+    if not generator:  # as Accelerate, prepare gives the sampler a generator seeded from (process 0's) global RNG
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        plain.sampler.generator = torch.Generator().manual_seed(seed)  # type: ignore[attr-defined]  # a RandomSampler
     epochs, prints = [], []
     for _ in range(EPOCHS):
         epochs.append([batch.tolist() for batch in plain])

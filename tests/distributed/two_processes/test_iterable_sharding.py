@@ -1,6 +1,7 @@
-"""IterableDataset and batch_size=None DataLoaders prepared on 2 real processes (iterable_script.py):
-the union of the processes' batches at each step is the batch one process with batch 2 x B sees,
-in order; gather_for_metrics returns each sample once; set_epoch reaches the dataset."""
+"""IterableDataset DataLoaders prepared on 2 real processes (iterable_script.py): the union of the
+processes' batches at each step is the batch one process with batch 2 x B sees, in order; set_epoch
+reaches the dataset; a dataset's own generator is taken from process 0. (Batch for batch equality
+with Accelerate, padding and drop_last included: test_accelerate_parity.py.)"""
 
 from __future__ import annotations
 
@@ -50,42 +51,6 @@ def test_len_counts_this_processs_batches_and_raises_without_a_dataset_len(run: 
     assert all("has no len()" in message for message in run.of("unsized_len"))
 
 
-def test_split_batches_gives_each_process_half_of_every_batch(run: Launched) -> None:
-    first, second = run.of("split")
-    assert first[0]["batches"] == [[0, 1], [4, 5], [8, 9]]
-    assert second[0]["batches"] == [[2, 3], [6, 7], [0, 1]]
-    assert first[0]["gathered"] == second[0]["gathered"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-
-
-def test_drop_last_drops_the_short_global_batch_on_every_process(run: Launched) -> None:
-    first, second = run.of("drop_last")
-    assert (first[0]["batches"], second[0]["batches"]) == ([[0, 1, 2]], [[3, 4, 5]])
-    assert first[0]["last"]["remainder"] == -1
-
-
-def test_a_stream_shorter_than_one_global_batch_is_padded_from_itself(run: Launched) -> None:
-    first, second = run.of("tiny")
-    assert (first[0]["batches"], second[0]["batches"]) == ([[0, 1, 0]], [[1, 0, 1]])
-    assert first[0]["gathered"] == [[0, 1]]
-
-
-def test_even_batches_false_repeats_nothing(run: Launched) -> None:
-    assert run.of("uneven") == [[[[0, 1, 2], [6, 7, 8]]], [[[3, 4, 5], [9, 10]]]]
-
-
-def test_join_uneven_inputs_can_turn_padding_off_inside_its_block(run: Launched) -> None:
-    first, second = run.of("join_override")
-    assert (first["inside"], second["inside"]) == ([[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9, 10]])
-    assert len(first["after"]) == len(second["after"]) == 2 and second["after"][-1] == [10, 0, 1]
-
-
-def test_with_workers_each_workers_stream_is_split_and_its_padding_is_dropped(run: Launched) -> None:
-    first, second = run.of("workers")
-    assert [len(step["batch"]) for step in first] == [len(step["batch"]) for step in second] == [3, 3, 3, 3]
-    kept = [i for step in first for i in step["kept"]]
-    assert sorted(kept) == list(range(22)) and [s["kept"] for s in first] == [s["kept"] for s in second]
-
-
 def test_set_epoch_numbers_the_next_epoch_and_reaches_the_dataset(run: Launched) -> None:
     first, second = run.of("explicit_epoch")
     assert first["set_epoch"] == [5, 5, 6] and first["iteration"] == 7
@@ -100,13 +65,3 @@ def test_a_dataset_generator_is_taken_from_process_0_each_epoch(run: Launched) -
         assert first[epoch]["gathered"] == second[epoch]["gathered"]
         assert sorted(i for batch in first[epoch]["gathered"] for i in batch) == list(range(12))
     assert first[0]["gathered"] != first[1]["gathered"]
-
-
-def test_batch_size_none_deals_out_the_samplers_items(run: Launched) -> None:
-    first, second = run.of("unbatched_lists")
-    assert (first[0]["batches"], second[0]["batches"]) == ([[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9]])
-    assert first[0]["gathered"] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]
-    first, second = run.of("unbatched_items")
-    assert (first[0]["batches"], second[0]["batches"]) == ([[0, 1, 2], [6, 7, 8]], [[3, 4, 5], [9, 10, 11]])
-    message = run.of("unbatched_error")[0]
-    assert "yields 5 single indices" in message and "even_batches=False" in message
