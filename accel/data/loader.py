@@ -34,7 +34,7 @@ from accel.data.configuration import DataLoaderConfiguration
 from accel.data.dispatching import SliceFn, dispatch_loader
 from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
 from accel.data.loader_options import check_dataloader_config, dispatches, seed_loader
-from accel.data.position import apply_rng, capture_rng, check_position, generators
+from accel.data.position import adopt_generator, apply_rng, capture_rng, check_position, generators
 from accel.data.sharding import Sharding, shard_loader
 from accel.data.skipping import SkippedEpochStart
 from accel.distributed.operations import Keep
@@ -333,6 +333,9 @@ class PreparedDataLoader(DataLoader):
         """Restore a position from `state_dict()`: the next iteration continues the saved epoch
         with the batch after the last one it yielded (none when that epoch had ended); a position
         between epochs puts the generators back as the next epoch will find them."""
+        rng = state.get("rng") if isinstance(state, dict) else None
+        if isinstance(rng, dict) and isinstance(rng.get("generators"), list):
+            adopt_generator(self.loader, len(rng["generators"]))
         check_position(state, len(generators(self.loader)))
         self._epochs_started = state["epoch"]
         rng = state["rng"]

@@ -37,6 +37,18 @@ def generators(loader: DataLoader[Any]) -> list[torch.Generator]:
     return found
 
 
+def adopt_generator(loader: DataLoader[Any], saved: int) -> None:
+    """Give the loader's shuffling sampler a torch.Generator when a saved position holds one more than the
+    loader has and the sampler's `generator` is None: with several processes, prepare gives such a sampler
+    one (as Accelerate does), so a checkpoint saved there also loads in one process, which does not."""
+    if saved != len(generators(loader)) + 1:
+        return
+    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if sampler is not None and hasattr(sampler, "generator") and sampler.generator is None:
+            sampler.generator = torch.Generator()
+            return
+
+
 def capture_rng(loader: DataLoader[Any]) -> dict[str, Any]:
     """The global torch RNG state and that of each of the loader's generators."""
     return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in generators(loader)]}

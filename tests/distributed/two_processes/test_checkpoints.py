@@ -42,7 +42,10 @@ def test_a_checkpoint_between_epochs_loads_in_one_process(saved: tuple[Launched,
     _, folder = saved
     parts = build()
     parts[0].load_state(folder / "epoch")
-    assert parts[3].state_dict() == {"epoch": 1, "batch": 0, "rng": None}
+    position = parts[3].state_dict()
+    assert (position["epoch"], position["batch"]) == (1, 0)
+    # Two processes give a shuffling sampler a generator (as Accelerate); loading gives this one its state.
+    assert len(position["rng"]["generators"]) == 1 and position["rng"]["torch"] is None
     assert len(train(parts)) > 0
 
 

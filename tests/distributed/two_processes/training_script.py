@@ -34,7 +34,10 @@ def train(precision: str, batch_size: int, check_sync: bool = False) -> tuple[li
     x = torch.randn(SAMPLES, WIDTH)
     y = torch.sin(x)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
+    # A seeded generator decides the order, the same one in 1 and 2 processes (without one, two processes
+    # give the sampler a generator seeded from the global RNG, as Accelerate does, and the orders differ).
+    order = torch.Generator().manual_seed(1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, generator=order)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     initial = _weights(accelerator, model)
     agreed: dict[str, list[Any]] = {"sync": [], "no_sync": []}
