@@ -165,13 +165,19 @@ RANK_EXIT_GRACE = Setting(
     help="seconds the other processes may run on after one has exited before accel launch stops them (default 30)",
 )
 
-ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS)
+SCHEDULER_PER_OPTIMIZER_STEP = Setting(
+    "scheduler_per_optimizer_step", BoolKind(), False, keyword="scheduler_per_optimizer_step",
+    help="step a prepared scheduler once per optimizer step that really happened, whatever the number of processes "
+    "(default false: Accelerate's count, once per process per optimizer step, once under split_batches)",
+)
+
+ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP)
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
 LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE)
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
-    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE,
+    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, SCHEDULER_PER_OPTIMIZER_STEP,
 )
 """Top-level keys of config.yaml, in the order they are written."""
 
