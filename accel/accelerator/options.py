@@ -141,19 +141,22 @@ def positive_int(argument: str, value: Any) -> int:
 
 
 def setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> Any:
-    """The keyword's value when given (checked), else the environment's, else the default.
+    """The keyword's value when given (checked), else the environment's (ACCEL_<NAME>, or the variable
+    `accelerate launch` sets: Setting.lookup), else the default.
 
     A keyword that contradicts the environment (say `accel launch --mixed_precision fp16` for a
-    script that passes mixed_precision='bf16') wins, with a warning naming both.
+    script that passes mixed_precision='bf16') wins, with a warning naming both, as the keyword wins
+    in Accelerate.
     """
+    found = setting.lookup()
     if value is None:
-        return setting.from_env()
+        return setting.default if found is None else found[1]
     checked = check(setting.keyword, value)
-    if setting.env_var in os.environ and setting.from_env() != checked:
+    if found is not None and found[1] != checked:
         warnings.warn(
             f"{setting.keyword}={value!r} given in the code overrides "
-            f"{setting.env_var}={os.environ[setting.env_var]!r} "
-            "(from accel launch or your environment).",
+            f"{found[0]}={os.environ[found[0]]!r} "
+            "(from accel launch, accelerate launch or your environment).",
             UserWarning,
             stacklevel=3,
         )
