@@ -54,7 +54,8 @@ class Accelerator(PrepareMixin, PrivateViewsMixin, TrackingMixin, FilesMixin, Sy
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
-    environment variable (set by `accel launch`), else takes its default. Bad values raise
+    environment variable (set by `accel launch`) or Accelerate's `ACCELERATE_*` one (set by
+    `accelerate launch`; the two disagreeing is refused), else takes its default. Bad values raise
     here, at construction, never later in the training loop. The methods live by concern:
     preparing.py (prepare and prepare_*), process_methods.py (collectives, on_* decorators),
     synchronizing.py (no_sync, join, triggers), files.py (model files, checkpoints),
