@@ -51,14 +51,59 @@ def _prefixed(stem: str | None) -> str | None:
 
 
 def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
-    """Parse every setting's variable that is set; ValueError naming the first one that does not parse.
+    """Parse every setting's variable that is set; ValueError naming the first one that does not parse, or an
+    ACCEL_* and an ACCELERATE_* variable (`accelerate launch`'s) of one setting that disagree.
 
-    (The Accelerator reads only some of them; a bad value of the others must not pass unnoticed.)
+    (The Accelerator reads only some of them; a bad value of the others must not pass unnoticed.) FSDP's
+    own FSDP_* variables are read only with use_fsdp on, as Accelerate reads them only for FSDP.
     """
     environ = os.environ if environ is None else environ
     for name, setting in known_settings().items():
         if name in environ:
             setting.parse(environ[name], name)
+    fsdp = settings.USE_FSDP.from_env(environ)
+    for setting in known_settings().values():
+        if fsdp or setting.section != settings.FSDP_SECTION:
+            setting.lookup(environ)
+    check_accelerate_launch(environ)
+
+
+_ACCELERATE_FEATURES = {
+    "ACCELERATE_USE_DEEPSPEED": "DeepSpeed, which accel does not run; shard with FSDP2 instead (--use_fsdp, docs/fsdp.md)",
+    "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM, which accel does not run",
+    "ACCELERATE_USE_PARALLELISM_CONFIG": "a ParallelismConfig (tensor/context parallelism), which accel does not run",
+    "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "regional compilation; accel compiles the whole model (docs/compile.md)",
+    "ACCELERATE_USE_SAGEMAKER": "SageMaker's launcher, which accel does not support",
+}
+"""Accelerate launcher variables that, when true, ask for what accel cannot do: refused, never ignored."""
+_MPI_SIZES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def _truthy(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "y", "t", "on")  # Accelerate's str_to_bool
+
+
+def check_accelerate_launch(environ: Mapping[str, str]) -> None:
+    """Refuse what `accelerate launch` asked for that accel cannot honour, naming the variable: DeepSpeed,
+    Megatron-LM, a ParallelismConfig, regional compilation, Accelerate's FP8 variables (accel reads its
+    own ACCEL_FP8_*), and MPI-started processes (accel joins the processes torchrun describes)."""
+    for variable, feature in _ACCELERATE_FEATURES.items():
+        if _truthy(environ.get(variable, "")):
+            raise ValueError(f"{variable}={environ[variable]!r} asks for {feature}. Unset it (or drop the flag "
+                             "from `accelerate launch`).")
+    fp8 = sorted(name for name in environ if name.startswith(settings.ACCELERATE_PREFIX + "FP8_"))
+    if fp8:
+        raise ValueError(
+            f"{', '.join(fp8)} set: accel does not read Accelerate's FP8 variables (its recipes differ). Give the "
+            "recipe as FP8RecipeKwargs in the script, or with `accel launch --fp8_*` (ACCEL_FP8_*; docs/fp8.md)."
+        )
+    sizes = [name for name in _MPI_SIZES if environ.get(name, "1").strip() not in ("", "0", "1")]
+    if sizes and "WORLD_SIZE" not in environ:
+        raise ValueError(
+            f"{sizes[0]}={environ[sizes[0]]!r}: this process was started by MPI (accelerate launch --mpirun_hostfile), "
+            "whose processes accel cannot join: it reads torchrun's RANK/WORLD_SIZE. Start the script with "
+            "`accel launch --num_processes N` or `accelerate launch --multi_gpu --num_processes N` (torchrun)."
+        )
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:

@@ -11,6 +11,12 @@ Accelerate's keys: `use_fsdp` (an Accelerate config's `distributed_type: FSDP`) 
 `fsdp_config:`, `fsdp_auto_wrap_policy` and the rest, each also the flag and ACCEL_ variable stem,
 with FullyShardedDataParallelPlugin's field as keyword.
 
+Accelerate's launcher (`accelerate launch`) hands the same settings over under its own names:
+`ACCELERATE_MIXED_PRECISION`, `ACCELERATE_USE_CPU`, `ACCELERATE_GRADIENT_ACCUMULATION_STEPS`,
+`ACCELERATE_DYNAMO_*`, `ACCELERATE_USE_FSDP` and FSDP's `FSDP_*` (`Setting.accelerate_env_var`,
+derived from the name as well). `Setting.from_env` reads either; when both are set and their
+values differ it refuses, naming both.
+
 A value that cannot be parsed raises ValueError naming where it came from; the kinds of value
 (how each is checked and parsed) are in accel/setting_kinds.py. Torch-free, so that the command
 line can share it.
@@ -53,6 +59,8 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
 )
 
 ENV_PREFIX = "ACCEL_"
+ACCELERATE_PREFIX = "ACCELERATE_"
+"""The prefix of the variables Accelerate's launcher sets (FSDP's options have none: FSDP_VERSION, ...)."""
 FP8_SECTION = "fp8_config"
 """The YAML mapping that holds the FP8 recipe."""
 RECIPE_PRECISION = "fp8"
@@ -91,6 +99,16 @@ class Setting:
         return ENV_PREFIX + self.name.upper()
 
     @property
+    def accelerate_env_var(self) -> str | None:
+        """The variable through which `accelerate launch` hands this setting to a script, where Accelerate's
+        Accelerator reads one: ACCELERATE_<NAME>, or for an fsdp_config key FSDP's own FSDP_<KEY>."""
+        if self.name not in _ACCELERATE_NAMES:
+            return None
+        if self.section == FSDP_SECTION:
+            return _ACCELERATE_FSDP_SPELLINGS.get(self.name, self.name.upper())
+        return ACCELERATE_PREFIX + self.name.upper()
+
+    @property
     def flags(self) -> tuple[str, ...]:
         """The `accel launch` option strings: underscore spelling first, then hyphens."""
         stem = self.flag or self.name
@@ -122,10 +140,33 @@ class Setting:
         return self.kind.format(value)
 
     def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
-        """The value from the environment, or the default when the variable is unset."""
+        """The value from the environment (ACCEL_<NAME>, else Accelerate's variable), or the default when unset."""
+        found = self.lookup(environ)
+        return self.default if found is None else found[1]
+
+    def lookup(self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
+        """(the variable that sets this setting, its parsed value), or None when neither ACCEL_<NAME> nor
+        Accelerate's variable is set. Both set to different values: ValueError naming both.
+
+        Example: with ACCELERATE_MIXED_PRECISION=bf16 (from `accelerate launch --mixed_precision bf16`),
+        `MIXED_PRECISION.lookup()` is `("ACCELERATE_MIXED_PRECISION", "bf16")`.
+        """
         environ = os.environ if environ is None else environ
-        text = environ.get(self.env_var)
-        return self.default if text is None else self.parse(text, self.env_var)
+        ours = self._parsed(environ, self.env_var)
+        theirs = self._parsed(environ, self.accelerate_env_var)
+        if ours is not None and theirs is not None and ours[1] != theirs[1]:
+            raise ValueError(
+                f"{self.env_var}={environ[self.env_var]!r} and {theirs[0]}={environ[theirs[0]]!r} are both set and "
+                f"disagree ({ours[1]!r} against {theirs[1]!r}): {theirs[0]} comes from `accelerate launch` (or your "
+                f"environment), {self.env_var} from `accel launch` (or your environment). Unset one of them, or give "
+                "them the same value."
+            )
+        return ours or theirs
+
+    def _parsed(self, environ: Mapping[str, str], variable: str | None) -> tuple[str, Any] | None:
+        if variable is None or variable not in environ:
+            return None
+        return variable, self.parse(environ[variable], variable)
 
 
 def _check_recipe_field(field: str, value: Any, source: str) -> Any:
@@ -165,13 +206,19 @@ RANK_EXIT_GRACE = Setting(
     help="seconds the other processes may run on after one has exited before accel launch stops them (default 30)",
 )
 
-ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS)
+SCHEDULER_PER_OPTIMIZER_STEP = Setting(
+    "scheduler_per_optimizer_step", BoolKind(), False, keyword="scheduler_per_optimizer_step",
+    help="step a prepared scheduler once per optimizer step that really happened, whatever the number of processes "
+    "(default false: Accelerate's count, once per process per optimizer step, once under split_batches)",
+)
+
+ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP)
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
 LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE)
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
-    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE,
+    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, SCHEDULER_PER_OPTIMIZER_STEP,
 )
 """Top-level keys of config.yaml, in the order they are written."""
 
@@ -291,6 +338,12 @@ def _bnb_settings() -> tuple[Setting, ...]:
 BNB_SETTINGS = _bnb_settings()
 """The quantization settings, in BitsandbytesKwargs' field order; setting any of them turns quantization on."""
 BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
+_ACCELERATE_NAMES = frozenset(
+    setting.name for setting in (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, *DYNAMO_SETTINGS, *FSDP_SETTINGS)
+)
+"""The settings Accelerate's Accelerator also reads from the environment (under `accelerate_env_var`)."""
+_ACCELERATE_FSDP_SPELLINGS = {"fsdp_transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP"}
+"""Where Accelerate's FSDP variable is not the fsdp_config key in capitals."""
 ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS
 SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
 FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
@@ -323,12 +376,23 @@ def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def fsdp_fields_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """FullyShardedDataParallelPlugin's arguments from ACCEL_USE_FSDP and ACCEL_FSDP_*, or None when
-    ACCEL_USE_FSDP is not true. Only the variables that are set become arguments."""
+    """FullyShardedDataParallelPlugin's arguments from ACCEL_USE_FSDP and ACCEL_FSDP_* (or Accelerate's
+    ACCELERATE_USE_FSDP and FSDP_*), or None when use_fsdp is not true. Only the variables that are set
+    become arguments."""
     environ = os.environ if environ is None else environ
     if not USE_FSDP.from_env(environ):
         return None
-    return {s.keyword: s.parse(environ[s.env_var], s.env_var) for s in FSDP_OPTION_SETTINGS if s.env_var in environ}
+    found = {s.keyword: hit for s in FSDP_OPTION_SETTINGS if (hit := s.lookup(environ)) is not None}
+    policy = found["auto_wrap_policy"][1] if "auto_wrap_policy" in found else None
+    for keyword, wanted in _ACCELERATE_FSDP_POLICY_FIELDS.items():
+        # `accelerate launch --use_fsdp` sets these whatever the policy; Accelerate reads each under its policy only
+        if keyword in found and found[keyword][0].startswith("FSDP_") and policy != wanted:
+            del found[keyword]
+    return {keyword: value for keyword, (_, value) in found.items()}
+
+
+_ACCELERATE_FSDP_POLICY_FIELDS = {"min_num_params": "size_based_wrap", "transformer_cls_names_to_wrap": "transformer_based_wrap"}
+"""Plugin fields whose FSDP_* variable Accelerate reads only under this auto_wrap_policy."""
 
 
 def bnb_options_from_env(environ: Mapping[str, str] | None = None) -> BitsandbytesKwargs | None:

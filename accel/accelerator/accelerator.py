@@ -41,7 +41,7 @@ from accel.kwargs_handlers import (
 )
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
-from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, USE_CPU
+from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, SCHEDULER_PER_OPTIMIZER_STEP, USE_CPU
 from accel.tracking.selection import LogWith
 from accel.training import compiling
 from accel.training.accumulation import GradientAccumulationPlugin
@@ -57,7 +57,8 @@ class Accelerator(
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
     Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
-    environment variable (set by `accel launch`), else takes its default. Bad values raise
+    environment variable (set by `accel launch`) or Accelerate's `ACCELERATE_*` one (set by
+    `accelerate launch`; the two disagreeing is refused), else takes its default. Bad values raise
     here, at construction, never later in the training loop. The methods live by concern:
     preparing.py (prepare and prepare_*), process_methods.py (collectives, on_* decorators),
     synchronizing.py (no_sync, join, triggers), files.py (model files, checkpoints),
@@ -76,6 +77,7 @@ class Accelerator(
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         device_placement: bool = True,
         step_scheduler_with_optimizer: bool = True,
+        scheduler_per_optimizer_step: bool | None = None,
         project_dir: str | Path | None = None,
         project_config: checkpointing.ProjectConfiguration | None = None,
         log_with: LogWith | Sequence[LogWith] | None = None,
@@ -118,8 +120,14 @@ class Accelerator(
         )
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
+        self.gradient_state.adjust_scheduler = self.gradient_accumulation_plugin.adjust_scheduler
         self.device_placement = check_bool("device_placement", device_placement)
         self.step_scheduler_with_optimizer = check_bool("step_scheduler_with_optimizer", step_scheduler_with_optimizer)
+        self.scheduler_per_optimizer_step = options.scheduler_per_optimizer_step(
+            options.setting(SCHEDULER_PER_OPTIMIZER_STEP, scheduler_per_optimizer_step, check_bool),
+            self.step_scheduler_with_optimizer,
+        )
+        """True: a prepared scheduler steps once per optimizer step; False (default): Accelerate's count."""
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
         self.project_dir = self.project_configuration.project_dir
         self._setup_tracking(log_with)

@@ -16,7 +16,7 @@ from accel.data.configuration import DataLoaderConfiguration
 from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
-from accel.settings import Setting, bnb_options_from_env, fp8_recipe_from_env
+from accel.settings import SCHEDULER_PER_OPTIMIZER_STEP, Setting, bnb_options_from_env, fp8_recipe_from_env
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.strategy import ParallelStrategy
 
@@ -64,13 +64,20 @@ def accumulation_plugin(
             f"Accelerator got gradient_accumulation_steps={steps!r} and gradient_accumulation_plugin: give the number "
             "of steps in one place only, GradientAccumulationPlugin(num_steps=...) or gradient_accumulation_steps=."
         )
-    if not plugin.adjust_scheduler:
-        raise ValueError(
-            "GradientAccumulationPlugin(adjust_scheduler=False) is not supported: a prepared scheduler steps once per "
-            "optimizer step that really happened (docs/precision.md). Drop the argument; to step per micro-batch, "
-            "call the unprepared scheduler yourself."
-        )
     return plugin
+
+
+def scheduler_per_optimizer_step(per_optimizer_step: bool, step_with_optimizer: bool) -> bool:
+    """`scheduler_per_optimizer_step`, checked against `step_scheduler_with_optimizer=False` (a scheduler that
+    steps on every call counts calls, not optimizer steps: the two cannot both hold)."""
+    if per_optimizer_step and not step_with_optimizer:
+        raise ValueError(
+            "Accelerator got scheduler_per_optimizer_step=True and step_scheduler_with_optimizer=False: the first "
+            "steps a prepared scheduler once per optimizer step, the second on every call. Keep one of them "
+            f"({SCHEDULER_PER_OPTIMIZER_STEP.env_var} and accel launch {SCHEDULER_PER_OPTIMIZER_STEP.flags[0]} also set "
+            "the first)."
+        )
+    return per_optimizer_step
 
 
 def rng_types(value: Sequence[str] | None) -> list[str]:
@@ -134,19 +141,22 @@ def positive_int(argument: str, value: Any) -> int:
 
 
 def setting(setting: Setting, value: Any, check: Callable[[str, Any], Any]) -> Any:
-    """The keyword's value when given (checked), else the environment's, else the default.
+    """The keyword's value when given (checked), else the environment's (ACCEL_<NAME>, or the variable
+    `accelerate launch` sets: Setting.lookup), else the default.
 
     A keyword that contradicts the environment (say `accel launch --mixed_precision fp16` for a
-    script that passes mixed_precision='bf16') wins, with a warning naming both.
+    script that passes mixed_precision='bf16') wins, with a warning naming both, as the keyword wins
+    in Accelerate.
     """
+    found = setting.lookup()
     if value is None:
-        return setting.from_env()
+        return setting.default if found is None else found[1]
     checked = check(setting.keyword, value)
-    if setting.env_var in os.environ and setting.from_env() != checked:
+    if found is not None and found[1] != checked:
         warnings.warn(
             f"{setting.keyword}={value!r} given in the code overrides "
-            f"{setting.env_var}={os.environ[setting.env_var]!r} "
-            "(from accel launch or your environment).",
+            f"{found[0]}={os.environ[found[0]]!r} "
+            "(from accel launch, accelerate launch or your environment).",
             UserWarning,
             stacklevel=3,
         )

@@ -51,6 +51,7 @@ class PrepareMixin:
     dynamo_plugin: TorchDynamoPlugin
     device_placement: bool
     step_scheduler_with_optimizer: bool
+    scheduler_per_optimizer_step: bool
     _orphan_optimizers_warned: set[int]
 
     def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
@@ -128,11 +129,25 @@ class PrepareMixin:
         return wrapped
 
     def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
-        """Wrap `scheduler` so that it advances once per optimizer step that really happened
-        (`device_placement` is accepted for symmetry: a scheduler has nothing to place)."""
+        """Wrap `scheduler` so that it steps as under Accelerate: once per process for each optimizer step that
+        really happened (once under split_batches), or once per optimizer step with
+        `Accelerator(scheduler_per_optimizer_step=True)` (accel/training/scheduler.py). `device_placement` is
+        accepted for symmetry: a scheduler has nothing to place.
+
+        Example: `scheduler = accelerator.prepare_scheduler(LambdaLR(optimizer, lambda s: 1 - s / total))`.
+        """
         owner = scheduler.optimizer
-        optimizers = [o for o in self.prepared.optimizers if owner in (o, o.optimizer, o.original)]
-        wrapped = AcceleratedScheduler(scheduler, optimizers, self.gradient_state, self.step_scheduler_with_optimizer)
+        matching = [o for o in self.prepared.optimizers if owner in (o, o.optimizer, o.original)]
+        wrapped = AcceleratedScheduler.for_accelerator(
+            scheduler,
+            # as Accelerate: a scheduler over none of the prepared optimizers waits on all of them
+            matching[:1] or self.prepared.optimizers,
+            self.gradient_state,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            num_processes=self.process_state.num_processes,
+            split_batches=self.dataloader_config.split_batches,
+            per_optimizer_step=self.scheduler_per_optimizer_step,
+        )
         self.prepared.schedulers.append(wrapped)
         return wrapped
 

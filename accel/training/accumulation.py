@@ -25,7 +25,8 @@ class GradientAccumulationPlugin(KwargsHandler):
     num_steps: int | None = None
     """Micro-batches per optimizer step."""
     adjust_scheduler: bool = True
-    """Step the scheduler once per real optimizer step (as accel always does) rather than per micro-batch."""
+    """Accelerate's field, accepted and reported; it changes no learning rate, as in Accelerate, where a
+    prepared scheduler steps only with the optimizer either way (accel/training/scheduler.py says why)."""
     sync_with_dataloader: bool = True
     """Synchronise (and step) at the end of the dataloader even mid-accumulation."""
     sync_each_batch: bool = False

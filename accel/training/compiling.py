@@ -46,7 +46,7 @@ def resolve(dynamo_backend: Any, plugin: TorchDynamoPlugin | None, device: torch
         )
     given = plugin or TorchDynamoPlugin()
     backend = _setting(DYNAMO_BACKEND, given.backend if dynamo_backend is None else backend_name(dynamo_backend))
-    mode_source = "TorchDynamoPlugin.mode" if given.mode is not None else DYNAMO_MODE.env_var
+    mode_source = "TorchDynamoPlugin.mode" if given.mode is not None else (DYNAMO_MODE.lookup() or (DYNAMO_MODE.env_var,))[0]
     mode = check_mode(backend, _setting(DYNAMO_MODE, given.mode), mode_source)
     resolved = TorchDynamoPlugin(
         backend=backend, mode=mode, fullgraph=_setting(DYNAMO_USE_FULLGRAPH, given.fullgraph),
@@ -58,14 +58,16 @@ def resolve(dynamo_backend: Any, plugin: TorchDynamoPlugin | None, device: torch
 
 
 def _setting(setting: Setting, value: Any) -> Any:
-    """`value` when given; else the environment's (ACCEL_DYNAMO_*), else the default. A given value that
-    contradicts the environment wins, with a warning naming both (as every Accelerator setting)."""
+    """`value` when given; else the environment's (ACCEL_DYNAMO_*, or accelerate launch's ACCELERATE_DYNAMO_*),
+    else the default. A given value that contradicts the environment wins, with a warning naming both (as every
+    Accelerator setting)."""
+    found = setting.lookup()
     if value is None:
-        return setting.from_env()
-    if setting.env_var in os.environ and setting.from_env() != value:
+        return setting.default if found is None else found[1]
+    if found is not None and found[1] != value:
         warnings.warn(
             f"{setting.name.removeprefix('dynamo_')}={value!r} given in the code overrides "
-            f"{setting.env_var}={os.environ[setting.env_var]!r} (from accel launch or your environment).",
+            f"{found[0]}={os.environ[found[0]]!r} (from accel launch, accelerate launch or your environment).",
             UserWarning,
             stacklevel=4,
         )

@@ -73,7 +73,7 @@ class GradientState:
         state.sync_with_dataloader = sync_with_dataloader
         """False: the last batch of a dataloader does not end the window (GradientAccumulationPlugin)."""
         state.adjust_scheduler = True
-        """accel always steps the scheduler once per real optimizer step (Accelerate's documented default)."""
+        """Move a prepared scheduler's step counter on micro-batches that do not sync (GradientAccumulationPlugin)."""
         state.step = 0
         state.sync_gradients = True
         state._refs = []

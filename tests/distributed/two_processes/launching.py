@@ -36,14 +36,21 @@ class Launched:
         return [values[name] for _, values in sorted(self.results.items())]
 
 
-def launch(script: str, *args: str, processes: int = 2, timeout: float = 120, cwd: Path | None = None) -> Launched:
-    """`python -m accel launch --num_processes N --cpu HERE/script args` in a clean environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "TORCHELASTIC_"))}
+def launch(
+    script: str, *args: str, processes: int = 2, timeout: float = 120, cwd: Path | None = None,
+    launcher: list[str] | None = None,
+) -> Launched:
+    """`python -m accel launch --num_processes N --cpu HERE/script args` in a clean environment.
+
+    `launcher`: another command to put before the script (say torchrun's, to run a script under Accelerate).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "ACCELERATE_", "TORCHELASTIC_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    command = [sys.executable, "-m", "accel", "launch", "--num_processes", str(processes), "--cpu",
-               str(HERE / script), *args]
+    if launcher is None:
+        launcher = [sys.executable, "-m", "accel", "launch", "--num_processes", str(processes), "--cpu"]
+    command = [*launcher, str(HERE / script), *args]
     with tempfile.TemporaryDirectory() as results:
         env[_RESULTS] = results
         start = time.monotonic()
