@@ -2,6 +2,8 @@
 
 A record is emitted on the main process only, unless the call says `main_process_only=False`
 (then on every process, or, with `in_order=True`, on every process one after another).
+Each message starts with `[RANK <process index>] `, as Accelerate's does (log parsers and
+readers of multi-process logs rely on it).
 The process is read when the record is logged, so a logger may be created at import time,
 before any Accelerator or process group exists.
 """
@@ -40,7 +42,10 @@ class MultiProcessAdapter(logging.LoggerAdapter):
             state.wait_for_everyone()
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return msg, kwargs
+        """The message with its process named in front: `[RANK 0] message`."""
+        from accel.distributed.partial_state import PartialState
+
+        return f"[RANK {PartialState().process_index}] {msg}", kwargs
 
 
 def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAdapter:

@@ -21,7 +21,7 @@ def test_records_go_out_in_one_process_with_the_level_asked(caplog: pytest.LogCa
         logger.info("hello %s", "there")
         logger.debug("not shown")
         logger.warning("everywhere", main_process_only=False)
-    assert [r.getMessage() for r in caplog.records] == ["hello there", "everywhere"]
+    assert [r.getMessage() for r in caplog.records] == ["[RANK 0] hello there", "[RANK 0] everywhere"]
     assert all(r.filename == "test_logging.py" for r in caplog.records)
 
 
@@ -35,6 +35,6 @@ def test_with_two_processes_only_the_main_one_logs_unless_asked() -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stderr.splitlines() if "MSG" in line]
     assert sum("MSG main-only" in line for line in lines) == 1
-    assert sorted(line for line in lines if "MSG every" in line) == ["MSG every 0", "MSG every 1"]
+    assert sorted(line for line in lines if "MSG every" in line) == ["[RANK 0] MSG every 0", "[RANK 1] MSG every 1"]
     ordered = [line for line in lines if "MSG ordered" in line]
-    assert ordered == ["MSG ordered 0", "MSG ordered 1"]
+    assert ordered == ["[RANK 0] MSG ordered 0", "[RANK 1] MSG ordered 1"]
