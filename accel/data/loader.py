@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accel._tree import map_tensors
+from accel._warnings import warn_once
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.dispatching import SliceFn, dispatch_loader
 from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
@@ -110,9 +111,14 @@ class PreparedDataLoader(DataLoader):
         seeded, self._seeded = seed_loader(loader, config)
         self.loader: DataLoader[Any]
         self._sharding: Sharding
+        iterable = isinstance(seeded.dataset, IterableDataset)
+        if not config.even_batches and layout[0] > 1 and (iterable or dispatches(config, loader, place)):
+            warn_once("even_batches=False does not apply to an IterableDataset's loader or to dispatched batches: "
+                      "as under Accelerate, the last global batch is completed from the first one, and "
+                      "gather_for_metrics drops the repeated samples.", UserWarning)
         if dispatches(config, loader, place):
             self.loader, self._sharding = dispatch_loader(seeded, state, config.split_batches, slice_fn)
-        elif isinstance(seeded.dataset, IterableDataset):
+        elif iterable:
             self.loader, self._sharding = shard_iterable_loader(seeded, state, config, layout)
         else:
             self.loader, self._sharding = shard_loader(seeded, state, config, layout)

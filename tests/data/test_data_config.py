@@ -242,3 +242,20 @@ def test_even_batches_can_be_overridden_inside_a_block_as_join_uneven_inputs_doe
     with pytest.raises(ValueError, match=r"even_batches=False\) cannot apply.*DistributedSampler"), \
             own.override_even_batches(False):
         pass
+
+
+def test_even_batches_false_on_an_iterable_dataset_warns_that_it_does_not_apply() -> None:
+    """As under Accelerate the last global batch of an IterableDataset is completed anyway; accel says so
+    instead of ignoring the option silently."""
+
+    class Stream(torch.utils.data.IterableDataset[torch.Tensor]):
+        def __iter__(self) -> Any:
+            return iter(torch.arange(10.0))
+
+    from accel._warnings import _given
+
+    _given.clear()
+    config = DataLoaderConfiguration(even_batches=False)
+    with pytest.warns(UserWarning, match="even_batches=False does not apply to an IterableDataset"):
+        PreparedDataLoader(torch.utils.data.DataLoader(Stream(), batch_size=4), torch.device("cpu"), GradientState(),
+                           place=False, config=config, layout=(2, 0))
