@@ -4,7 +4,8 @@ reading what it computed.
 One process: `python script.py args`. Two processes: Accelerate's launcher cannot start several
 CPU processes on one machine without MPI (`accelerate launch --cpu --num_processes 2` runs one
 process), so Accelerate's runs use `python -m torch.distributed.run --standalone`, which is how
-its own CPU tests start processes; accel's runs use its launcher, `python -m accel launch
+its own CPU tests start processes, with `ACCELERATE_USE_CPU=true` as `accelerate launch --cpu`
+sets it; accel's runs use its launcher, `python -m accel launch
 --num_processes 2 --cpu`. Every run has its own working directory holding the hub stand-ins
 (real_script_standins), no network (HF_*_OFFLINE=1) and a time limit: a run past it has its whole
 process group killed and fails the test.
@@ -65,6 +66,7 @@ class Run:
     framework: str
     processes: int
     workdir: Path
+    record: Path
     returncode: int
     output: str
     seconds: float
@@ -77,7 +79,7 @@ class Run:
         return [value for kind, value in self.events.get(rank, []) if kind == "backward"]
 
     def final_parameters(self, rank: int = 0) -> list[torch.Tensor]:
-        return torch.load(self.workdir / "record" / f"rank{rank}.pt", weights_only=True)
+        return torch.load(self.record / f"rank{rank}.pt", weights_only=True)
 
     def printed(self, pattern: str) -> list[str]:
         return re.findall(pattern, self.output, re.MULTILINE)
@@ -87,13 +89,12 @@ class Run:
                                       f"{self.returncode} after {self.seconds:.0f} s:\n{self.output[-6000:]}")
 
 
-def _environment(record: Path, seed: int | None) -> dict[str, str]:
+def _environment(record: Path, seed: int | None, paths: tuple[Path, ...]) -> dict[str, str]:
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCEL_", "ACCELERATE_", "TORCHELASTIC_", "PET_")) and k not in names}
-    paths = [str(RECORDER), str(REPOSITORY)]
     env.update(
-        PYTHONPATH=os.pathsep.join(paths + [env.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(RECORDER), str(REPOSITORY), *map(str, paths), env.get("PYTHONPATH", "")]),
         REAL_SCRIPTS_RECORD=str(record), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
         HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(record.parent / ".hf"),
         WANDB_MODE="offline", WANDB_DIR=str(record.parent), WANDB_SILENT="true",
@@ -106,25 +107,34 @@ def _environment(record: Path, seed: int | None) -> dict[str, str]:
 
 
 def start(fixture: str, framework: str, processes: int, args: list[str], workdir: Path, standins: Path,
-          seed: int | None = None) -> tuple[subprocess.Popen[str], Path, float]:
-    """Start `fixture` (a file in fixtures/) under `framework` in `processes` processes, in `workdir`."""
+          seed: int | None = None, paths: tuple[Path, ...] = (), record_name: str = "record",
+          ) -> tuple[subprocess.Popen[str], Path, float]:
+    """Start `fixture` (a file in fixtures/) under `framework` in `processes` processes, in `workdir`
+    (`paths`: folders put on the run's PYTHONPATH after the recorder and this repository, such as
+    the torchvision stand-in; `record_name`: the folder of `workdir` the recorder writes to, another
+    one for a second run in the same folder, such as a resumed run)."""
     source = (FIXTURES / fixture).read_text()
     link_into(standins, workdir)
     script_dir = workdir / "script"
     script_dir.mkdir(parents=True, exist_ok=True)
     script = script_dir / fixture
     script.write_text(source if framework == "accelerate" else rename_imports(source))
-    record = workdir / "record"
+    record = workdir / record_name
     record.mkdir(exist_ok=True)
+    env = _environment(record, seed, paths)
     if processes == 1:
         command = [sys.executable, str(script), *args]
     elif framework == "accelerate":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                    str(processes), str(script), *args]
+        # What `accelerate launch --cpu` sets: without it (or `Accelerator(cpu=True)`, which only
+        # some scripts pass), Accelerate on a machine without a GPU makes each torchrun process a
+        # separate single-process run (DistributedType.NO), not one 2-process run.
+        env["ACCELERATE_USE_CPU"] = "true"
     else:
         command = [sys.executable, "-m", "accel", "launch", "--num_processes", str(processes), "--cpu",
                    str(script), *args]
-    process = subprocess.Popen(command, cwd=workdir, env=_environment(record, seed), stdout=subprocess.PIPE,
+    process = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     return process, record, time.monotonic()
 
@@ -143,12 +153,15 @@ def finish(process: subprocess.Popen[str], record: Path, started: float, framewo
     for path in record.glob("rank*.jsonl"):
         rank = int(path.stem.removeprefix("rank"))
         events[rank] = [tuple(json.loads(line)) for line in path.read_text().splitlines()]  # type: ignore[misc]
-    return Run(framework, processes, record.parent, process.returncode, output, seconds, events)
+    return Run(framework, processes, record.parent, record, process.returncode, output, seconds, events)
 
 
 def run_both(fixture: str, processes: int, args: list[str], folder: Path, standins: Path,
-             seed: int | None = None, timeout: float = TIMEOUT) -> dict[str, Run]:
-    """The fixture under Accelerate and under accel, side by side (two cores: they run at once)."""
-    started = {framework: start(fixture, framework, processes, args, folder / framework, standins, seed)
+             seed: int | None = None, timeout: float = TIMEOUT, paths: tuple[Path, ...] = (),
+             record_name: str = "record") -> dict[str, Run]:
+    """The fixture under Accelerate and under accel, side by side (two cores: they run at once), in
+    `folder`/accelerate and `folder`/accel (see `start` for the rest)."""
+    started = {framework: start(fixture, framework, processes, args, folder / framework, standins, seed, paths,
+                                record_name)
                for framework in FRAMEWORKS}
     return {framework: finish(*started[framework], framework, processes, timeout) for framework in FRAMEWORKS}

@@ -12,21 +12,29 @@ network and no change to the script:
 - `glue/glue.py`: an `evaluate` metric module computing MRPC's accuracy and F1 with numpy;
 - `tiny-clm/`: the same tokenizer and a 2-layer GPT-2 of width 32, with `clm_train.txt` and
   `clm_validation.txt` for the causal-LM script;
-- `unet-config/` and `images/`: a 2-block UNet2DModel configuration and 12 16x16 PNGs for the
+- `unet-config/` and `images/`: a 2-block UNet2DModel configuration and 12 18x20 PNGs for the
   diffusers script.
+
+Beside them, `standin_torchvision/` replaces a library rather than a hub name: torchvision, whose
+wheels must match the installed torch build exactly, so that it often cannot be installed (see its
+docstring). `module_standins` puts it on a run's PYTHONPATH only where the real one does not import.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 WORDS = ("the cat dog bird sat ran on a mat log tree red blue green big small quick slow house car road "
          "river hill sun moon star day night walks jumps sees likes has is was will can and but or not "
          "very old new one two three four five six seven eight nine ten left right up down in").split()
 TRAIN_PAIRS, VALIDATION_PAIRS = 56, 40
+MODULE_STANDINS = {"torchvision": Path(__file__).resolve().with_name("standin_torchvision")}
 
 
 def _sentence(rng: random.Random) -> str:
@@ -86,7 +94,7 @@ def build_clm(root: Path) -> None:
 
 
 def build_diffusers(root: Path) -> None:
-    """unet-config/config.json and images/ (12 PNGs, 16x16 RGB) under `root`."""
+    """unet-config/config.json and images/ (12 PNGs, 18x20 RGB) under `root`."""
     import json
 
     import numpy as np
@@ -102,7 +110,8 @@ def build_diffusers(root: Path) -> None:
     images.mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
     for index in range(12):
-        Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(images / f"{index:02d}.png")
+        # 18x20, so that the script's Resize(16) and CenterCrop(16) have work to do
+        Image.fromarray(rng.integers(0, 256, (18, 20, 3), dtype=np.uint8)).save(images / f"{index:02d}.png")
 
 
 def build_all(root: Path) -> Path:
@@ -120,3 +129,23 @@ def link_into(root: Path, workdir: Path) -> None:
         target = workdir / entry.name
         if not target.exists():
             target.symlink_to(entry, target_is_directory=entry.is_dir())
+
+
+@functools.cache
+def _importable(module: str) -> bool:
+    """Whether `module` imports in a fresh interpreter (a wheel built for another torch fails here, not in pytest)."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=120)
+    return done.returncode == 0
+
+
+def module_standins(modules: tuple[str, ...]) -> tuple[Path, ...]:
+    """The PYTHONPATH folders standing in for those of `modules` (named in MODULE_STANDINS) that do not import here.
+
+    Example: `module_standins(("torchvision",))` is `()` where torchvision imports, else the
+    `standin_torchvision` folder. The real library is always preferred; both frameworks' runs of a
+    case get the same folders, so the comparison stays fair.
+    """
+    unknown = [module for module in modules if module not in MODULE_STANDINS]
+    if unknown:
+        raise ValueError(f"no stand-in for {unknown}: MODULE_STANDINS has {sorted(MODULE_STANDINS)}")
+    return tuple(MODULE_STANDINS[module] for module in modules if not _importable(module))

@@ -10,14 +10,14 @@ on the hub stand-ins (real_script_standins) and compares, rank by rank:
   frameworks average gradients by torch's DDP, so the arithmetic is the same and no tolerance is
   needed; where the digests part, the message gives the largest difference of the last weights;
 - what the script prints about its evaluation (`epoch N: {...}` metrics, perplexity);
-- the files it writes: checkpoints, tracker logs, saved models, where the script expects them.
+- the files it writes: checkpoints, tracker logs, saved models, where the script expects them;
+- for a case with a resume, the same again for a second run that continues from the first run's
+  last checkpoint (`--resume_from_checkpoint latest`) in the same folder.
 Every run has a time limit (real_script_runs.TIMEOUT): a hang fails its case.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from real_script_runs import Run, run_both
+from real_script_standins import module_standins
 from safetensors.torch import load_file
 
 
@@ -36,7 +37,9 @@ class Case:
     args: tuple[str, ...]
     files: Callable[[int], list[str]]  # paths (relative to the run's folder) the script writes, by process count
     seed: int | None = None  # for scripts that seed nothing themselves
-    needs: str | None = None  # a module the script imports that the test extra may lack here
+    standins: tuple[str, ...] = ()  # modules the script imports that have a stand-in where the real one fails
+    resume: tuple[str, ...] = ()  # arguments added for a second run continuing from the first one's checkpoint
+    tensors: tuple[str, ...] = ("out/model.safetensors", "out/unet/diffusion_pytorch_model.safetensors")
 
 
 def _nothing(processes: int) -> list[str]:
@@ -68,10 +71,15 @@ CASES = {
          "--save_images_epochs", "100", "--save_model_epochs", "100", "--lr_warmup_steps", "2",
          "--ddpm_num_steps", "50", "--ddpm_num_inference_steps", "2", "--checkpointing_steps", "2",
          "--output_dir", "out", "--logger", "tensorboard"),
-        lambda p: ["out/checkpoint-2", "out/checkpoint-2/unet", "out/unet/diffusion_pytorch_model.safetensors",
-                   "out/model_index.json", "out/logs/train_unconditional"],
-        seed=0, needs="torchvision.transforms"),
+        # 12 images, batch 4: 3 steps per epoch in 1 process, 2 in 2 (Accelerate's even batches);
+        # the resumed run continues from the last checkpoint for a third epoch
+        lambda p: [*(f"out/checkpoint-{s}/unet" for s in ((2, 4, 6, 8) if p == 1 else (2, 4, 6))),
+                   "out/unet/diffusion_pytorch_model.safetensors", "out/model_index.json", "out/logs/train_unconditional"],
+        seed=0, standins=("torchvision",), resume=("--resume_from_checkpoint", "latest", "--num_epochs", "3"),
+        tensors=("out/unet/diffusion_pytorch_model.safetensors", "out/checkpoint-2/unet/diffusion_pytorch_model.safetensors",
+                 "out/checkpoint-6/unet/diffusion_pytorch_model.safetensors")),
 }
+RESUMED = "-resumed"  # the resumed run's key in a case's runs: "accelerate-resumed", "accel-resumed"
 
 
 _RUNS: dict[tuple[str, int], dict[str, Run]] = {}
@@ -79,26 +87,24 @@ _RUNS: dict[tuple[str, int], dict[str, Run]] = {}
 
 @pytest.fixture
 def runs(request: pytest.FixtureRequest, standins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    """Both frameworks' runs of the case (run once per session, shared by its tests)."""
+    """Both frameworks' runs of the case, and their resumed runs where the case has a resume (run once
+    per session, shared by its tests)."""
     name, processes = request.param
     if (name, processes) not in _RUNS:
         case = CASES[name]
-        if case.needs is not None and not _importable(case.needs):
-            pytest.skip(f"{case.fixture} imports {case.needs}, which cannot be imported here (torchvision's wheel "
-                        f"must match this torch: pip install torchvision from the index torch came from)")
         folder = tmp_path_factory.mktemp(f"{name}_{processes}")
-        _RUNS[name, processes] = run_both(case.fixture, processes, list(case.args), folder, standins,
-                                          seed=case.seed)
+        paths = module_standins(case.standins)
+        runs = run_both(case.fixture, processes, list(case.args), folder, standins, seed=case.seed, paths=paths)
+        if case.resume and all(run.returncode == 0 for run in runs.values()):
+            resumed = run_both(case.fixture, processes, [*case.args, *case.resume], folder, standins, seed=case.seed,
+                               paths=paths, record_name="record" + RESUMED)
+            runs.update({framework + RESUMED: run for framework, run in resumed.items()})
+        _RUNS[name, processes] = runs
     return _RUNS[name, processes]
 
 
-def _importable(module: str) -> bool:
-    """Whether `module` imports in a fresh interpreter (a broken binary wheel fails here, not in pytest)."""
-    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=120)
-    return done.returncode == 0
-
-
 PARAMS = [pytest.param((name, processes), id=f"{name}-{processes}proc") for name in CASES for processes in (1, 2)]
+RESUME_PARAMS = [param for param in PARAMS if CASES[param.values[0][0]].resume]  # type: ignore[index]
 
 
 def _first_difference(label: str, rank: int, ours: list[object], theirs: list[object]) -> str | None:
@@ -122,7 +128,24 @@ def _weights_difference(accelerate: Run, accel: Run, rank: int) -> str:
 @pytest.mark.parametrize("runs", PARAMS, indirect=True)
 def test_same_numbers(runs: dict[str, Run]) -> None:
     """Every step's lr and loss, and the weights after it, equal Accelerate's, on every rank."""
-    accelerate, accel = runs["accelerate"], runs["accel"]
+    _check_same_numbers(runs["accelerate"], runs["accel"])
+
+
+@pytest.mark.parametrize("runs", RESUME_PARAMS, indirect=True)
+def test_resumed_same_numbers(runs: dict[str, Run]) -> None:
+    """A second run resuming from the first run's last checkpoint (`load_state` on the folder the
+    script saved, through diffusers' load hook where Accelerate's version lets it register one) says
+    it resumes and steps exactly as Accelerate's resumed run does, from the same weights."""
+    for framework in ("accelerate", "accel"):
+        runs[framework].check_succeeded()
+    accelerate, accel = runs["accelerate" + RESUMED], runs["accel" + RESUMED]
+    _check_same_numbers(accelerate, accel)
+    resuming = r"Resuming from checkpoint \S+"
+    assert accel.printed(resuming) == accelerate.printed(resuming) != []
+    assert len(accelerate.steps()) < len(runs["accelerate"].steps()), "the resumed run did not skip the steps taken"
+
+
+def _check_same_numbers(accelerate: Run, accel: Run) -> None:
     accelerate.check_succeeded()
     accel.check_succeeded()
     assert sorted(accel.events) == sorted(accelerate.events) == list(range(accelerate.processes))
@@ -169,7 +192,7 @@ def test_files_where_expected(runs: dict[str, Run]) -> None:
     expected = case.files(accelerate.processes)
     assert [p for p in expected if not (accelerate.workdir / p).exists()] == [], "the case's list is wrong"
     assert [p for p in expected if not (accel.workdir / p).exists()] == []
-    for name in ("out/model.safetensors", "out/unet/diffusion_pytorch_model.safetensors"):
+    for name in case.tensors:
         if (accelerate.workdir / name).exists():
             ours, theirs = load_file(accel.workdir / name), load_file(accelerate.workdir / name)
             assert ours.keys() == theirs.keys()
