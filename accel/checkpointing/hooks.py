@@ -34,7 +34,7 @@ def files_saved_by_hooks(
     present = [i for i in range(len(accelerator.prepared.models)) if layout.model_file(i) in tensors]  # none when sharded
     weights = [tensors[layout.model_file(i)] for i in present]
     for hook in hooks:
-        hook(list(accelerator.prepared.models), weights, str(folder))
+        hook(_hooks_view(accelerator), weights, str(folder))
     kept = {id(w) for w in weights}
     dropped = [i for i in present if id(tensors[layout.model_file(i)]) not in kept]
     return {name for i in dropped for name in (layout.model_file(i), layout.gradients_file(i))}
@@ -42,8 +42,15 @@ def files_saved_by_hooks(
 
 def models_loaded_by_accel(accelerator: CheckpointHost, folder: Path) -> list[int]:
     """Run the load hooks; return the indices of the prepared models accel still restores."""
-    models: list[Any] = list(accelerator.prepared.models)
+    models: list[Any] = _hooks_view(accelerator)
+    given = list(models)
     for hook in list(accelerator.prepared.load_hooks.values()):
         hook(models, str(folder))
     kept = {id(m) for m in models}
-    return [i for i, model in enumerate(accelerator.prepared.models) if id(model) in kept]
+    return [i for i, model in enumerate(given) if id(model) in kept]
+
+
+def _hooks_view(accelerator: CheckpointHost) -> list[Any]:
+    """The models as hooks see them, as under Accelerate: the user's models, without the DDP or compile
+    wrappers prepare put around them (diffusers' hooks call `model.save_pretrained`)."""
+    return [accelerator.unwrap_model(model, keep_torch_compile=False) for model in accelerator.prepared.models]

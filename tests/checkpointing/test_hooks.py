@@ -73,3 +73,18 @@ def test_registering_objects_without_state_dict_lists_every_bad_item() -> None:
     accelerator, _, _ = _setup()
     with pytest.raises(ValueError, match=r"index 0 \(int\).*index 2 \(str\)"):
         accelerator.register_for_checkpointing(1, torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1), "x")
+
+
+def test_hooks_get_the_users_models_without_the_wrappers_prepare_added(tmp_path: Path) -> None:
+    """As under Accelerate, whose hooks get the models as they were before DDP or compile wrapped them
+    (diffusers calls `model.save_pretrained` on them)."""
+    accelerator = Accelerator(dynamo_backend="eager")
+    plain = nn.Linear(3, 3)
+    prepared = accelerator.prepare(plain)
+    assert prepared is not plain  # compiled
+    seen: list[list[nn.Module]] = []
+    accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: seen.append(list(models)))
+    accelerator.register_load_state_pre_hook(lambda models, input_dir: seen.append(list(models)))
+    accelerator.load_state(accelerator.save_state(tmp_path / "ckpt"))
+    assert [[type(m) for m in models] for models in seen] == [[nn.Linear], [nn.Linear]]
+    assert all(models[0] is plain for models in seen)
