@@ -43,11 +43,15 @@ def test_reset_empties_the_live_states_of_its_kind() -> None:
     with pytest.raises(AttributeError, match=r"`AcceleratorState` object has no attribute `num_processes`\. This happens "
                        r"if `AcceleratorState._reset_state\(\)`"):
         _ = accelerator.num_processes
+    with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
+        accelerator.prepare(torch.nn.Linear(1, 1))  # refused early, as Accelerate's
     accelerator.state.note = "kept"  # an emptied state takes new attributes, as Accelerate's
     assert accelerator.state.note == "kept"
 
     fresh = Accelerator(cpu=True)  # starts fresh: nothing of the reset one carries over
     assert is_initialized() and fresh.state.mixed_precision == "no" and fresh.num_processes == 1
+    # a state kept from before the reset now reads the new run's, as Accelerate's shared state
+    assert accelerator.state.mixed_precision == "no" and accelerator.num_processes == 1
     AcceleratorState._reset_state(reset_partial_state=True)
     assert not is_initialized()
 
