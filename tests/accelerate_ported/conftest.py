@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accelerate_ported.scripts` importable
-collect_ignore = ["scripts", "port.py"]
+collect_ignore = ["scripts", "port.py", "cases.py"]
 
 NOT_FOR_ACCEL: dict[str, str] = {
     "test_accelerator.py::AcceleratorTester::test_prepare_model_8bit_cpu_offload_raises_valueerror_not_typeerror":
