@@ -1,3 +1,3 @@
 """The version of accel, kept apart so the CLI can read it without importing torch."""
 
-__version__ = "0.1.0"
+__version__ = "1.15.0"

@@ -80,6 +80,75 @@ is_tqdm_available = _installed("tqdm")
 is_matplotlib_available = _installed("matplotlib")
 is_pytest_available = _installed("pytest")
 is_torchdata_stateful_dataloader_available = _installed("torchdata")
+is_torchdata_available = _installed("torchdata")
+is_schedulefree_available = _installed("schedulefree")
+is_pandas_available = _installed("pandas")
+is_timm_available = _installed("timm")
+is_torchvision_available = _installed("torchvision")
+is_triton_available = _installed("triton")
+is_swanlab_available = _installed("swanlab")
+is_trackio_available = _installed("trackio")
+is_import_timer_available = _installed("import_timer")
+is_lomo_available = _installed("lomo_optim")
+is_boto3_available = _installed("boto3")
+is_pynvml_available = _installed("pynvml")
+
+
+def _device(name: str) -> Callable[..., bool]:
+    """An `is_<name>_available()` for a device type torch knows only through an extension (torch.<name>)."""
+
+    def available(*args: Any, **kwargs: Any) -> bool:
+        module = getattr(torch, name, None)
+        return module is not None and bool(module.is_available())
+
+    available.__doc__ = f"True when a `{name}` device can be used (accel does not train on it; Accelerate's check)."
+    return available
+
+
+is_mlu_available = _device("mlu")
+is_musa_available = _device("musa")
+is_sdaa_available = _device("sdaa")
+is_neuron_available = _device("neuron")
+
+
+def compare_versions(library_or_version: str | Any, operation: str, requirement_version: str) -> bool:
+    """Compare a library's installed version (by its name) or a version with `requirement_version`.
+
+    "accelerate" and "accel" answer with accel's version, which is the Accelerate API version accel
+    implements (docs/migration.md), so that a script gating on Accelerate's version takes its modern path.
+
+    Example:
+        >>> compare_versions("accelerate", ">=", "0.16.0")
+        True
+    """
+    from packaging.version import Version, parse
+
+    if operation not in _COMPARISONS:
+        accepted = ", ".join(_COMPARISONS)
+        raise ValueError(f"compare_versions(operation={operation!r}) is not accepted; use one of {accepted}.")
+    if isinstance(library_or_version, str):
+        if library_or_version in ("accelerate", "accel"):
+            from accel._version import __version__
+
+            library_or_version = parse(__version__)
+        else:
+            import importlib.metadata
+
+            library_or_version = parse(importlib.metadata.version(library_or_version))
+    if not isinstance(library_or_version, Version):
+        raise TypeError(f"compare_versions(library_or_version={library_or_version!r}): give a library name or a "
+                        "packaging Version.")
+    return _COMPARISONS[operation](library_or_version, parse(requirement_version))
+
+
+def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
+    """1 (or True with `to_bool`) for y/yes/t/true/on/1, 0 (False) for n/no/f/false/off/0, case-insensitive (Accelerate's)."""
+    lowered = value.lower()
+    if lowered in ("y", "yes", "t", "true", "on", "1"):
+        return True if to_bool else 1
+    if lowered in ("n", "no", "f", "false", "off", "0"):
+        return False if to_bool else 0
+    raise ValueError(f"str_to_bool({value!r}): give one of y, yes, t, true, on, 1, n, no, f, false, off, 0.")
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:

@@ -41,6 +41,12 @@ class FilesMixin:
             model = self.unwrap_model(model, keep_torch_compile=False)
         if dequantize and self.quantizer is not None:
             return self.quantizer.model_state_dict(model, dequantize=True)
+        if _dispatched_by_accelerate(model):
+            # weights offloaded to the CPU or disk by Accelerate's dispatch_model/load_checkpoint_and_dispatch
+            # sit on the meta device; Accelerate's own helper loads them back one module at a time
+            from accel.utils.modeling import get_state_dict_offloaded_model
+
+            return get_state_dict_offloaded_model(model)
         return self.strategy.full_state_dict(model)  # sharded: every process must call it, the main one gets them
 
     def save_model(
@@ -148,3 +154,10 @@ def _folder(argument: str, path: str | Path) -> Path:
         raise NotADirectoryError(f"{argument}={str(directory)!r}: that path is a file, not a folder.")
     return directory
 
+
+def _dispatched_by_accelerate(model: nn.Module) -> bool:
+    """True when Accelerate's big-model hooks offload some of `model`'s weights (they are then on the meta device)."""
+    return any(getattr(getattr(module, "_hf_hook", None), "offload", False) for module in model.modules()) or any(
+        hasattr(module, "_hf_hook") and any(p.device.type == "meta" for p in module.parameters(recurse=False))
+        for module in model.modules()
+    )

@@ -19,6 +19,7 @@ from accel.accelerator import options, prepare_checks
 from accel.backends.base import PrecisionBackend
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader import PreparedDataLoader
+from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer
@@ -46,6 +47,7 @@ class PrepareMixin:
     strategy: ParallelStrategy
     prepared: PreparedObjects
     process_state: ProcessState
+    state: AcceleratorState
     gradient_state: GradientState
     dataloader_config: DataLoaderConfiguration
     dynamo_plugin: TorchDynamoPlugin
@@ -59,8 +61,10 @@ class PrepareMixin:
 
         Returns the prepared objects in the order given (one object: that object itself);
         objects of other types pass through unchanged. `device_placement`, one bool per object,
-        overrides the Accelerator's for each.
+        overrides the Accelerator's for each. After `AcceleratorState._reset_state()` with no new
+        Accelerator it raises AttributeError, naming the reset, as Accelerate's.
         """
+        self.state.check_not_reset()
         placements = options.placements(device_placement, len(objects))
         given_optimizers = [obj for obj in objects if isinstance(obj, torch.optim.Optimizer)]
         models = [obj for obj in objects if isinstance(obj, nn.Module)]

@@ -21,7 +21,11 @@ from accel.training.gradient_state import GradientState
 
 
 class ProcessMixin:
-    """Process properties and collectives; one process (no process group) makes each a no-op."""
+    """Process properties and collectives; one process (no process group) makes each a no-op.
+
+    Where this process stands is read from `state`, so that after `AcceleratorState._reset_state()`
+    they raise, naming the reset, as Accelerate's do.
+    """
 
     process_state: ProcessState
     state: AcceleratorState
@@ -31,32 +35,32 @@ class ProcessMixin:
     # ----------------------------------------------------------------- where this process stands
     @property
     def process_index(self) -> int:
-        return self.process_state.process_index
+        return self.state.process_index
 
     @property
     def local_process_index(self) -> int:
-        return self.process_state.local_process_index
+        return self.state.local_process_index
 
     @property
     def num_processes(self) -> int:
-        return self.process_state.num_processes
+        return self.state.num_processes
 
     @property
     def is_main_process(self) -> bool:
-        return self.process_state.is_main_process
+        return self.state.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
-        return self.process_state.is_local_main_process
+        return self.state.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
-        return self.process_state.is_last_process
+        return self.state.is_last_process
 
     @property
     def use_distributed(self) -> bool:
         """True when several processes train together."""
-        return self.process_state.distributed
+        return self.state.use_distributed
 
     @property
     def distributed_type(self) -> DistributedType:

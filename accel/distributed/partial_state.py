@@ -16,13 +16,20 @@ What that changes for a script, compared with Accelerate:
   (When the running group is CPU-only, gloo, the device is the CPU, as the Accelerator chose.)
 * `AcceleratorState()` may be created before any Accelerator (Accelerate raises then): its
   `mixed_precision` is the argument, else `$ACCEL_MIXED_PRECISION`, else "no".
-* `_reset_state()` exists for scripts and tests that call it, and has nothing to reset.
+* `PartialState._reset_state()` / `AcceleratorState._reset_state(reset_partial_state=False)` (what
+  scripts and test suites call between runs) empty every live state of that kind, as Accelerate's
+  clear its shared state: reading one afterwards (`accelerator.num_processes` included) raises an
+  AttributeError that says so, `initialized` turns False, and `accel.state.is_initialized()` is
+  False until the next Accelerator. The next `Accelerator()` / `PartialState()` starts fresh (it
+  always does: nothing is carried from one state to the next).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +42,13 @@ from accel.distributed.types import DistributedType, distributed_type_of
 from accel.kwargs_handlers import InitProcessGroupKwargs
 
 _ACCELERATOR_BACKENDS = ("nccl", "xccl")
+_LIVE: weakref.WeakSet[PartialState] = weakref.WeakSet()
+"""Every filled PartialState and AcceleratorState not yet collected: what `_reset_state()` empties."""
+_SERIAL = itertools.count(1)
+"""Orders the creation of states and resets: an emptied state rejoins a state created after its reset."""
+_NEWEST: dict[str, PartialState] = {}
+"""The newest state ("partial": of either kind, "accelerator": AcceleratorState), kept as Accelerate keeps
+its shared state after the Accelerator that filled it is gone (`is_initialized()`, rejoining)."""
 
 
 def current_process_state(cpu: bool = False, **group_options: Any) -> ProcessState:
@@ -61,12 +75,14 @@ class PartialState:
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         self._process = current_process_state(cpu, **kwargs)
+        _register(self)
 
     @classmethod
     def of(cls, process: ProcessState) -> PartialState:
         """The state for a ProcessState already made (an Accelerator's), reading nothing else."""
         state = cls.__new__(cls)
         state._process = process
+        _register(state)
         return state
 
     # ------------------------------------------------------------------ where this process stands
@@ -120,8 +136,9 @@ class PartialState:
 
     @property
     def initialized(self) -> bool:
-        """Always True: a state exists once created (Accelerate's singleton can be empty)."""
-        return True
+        """False after `_reset_state()` emptied this state, until a state of its kind is created again
+        (as Accelerate's emptied, then refilled, singleton)."""
+        return "_process" in self.__dict__ or _rejoin(self)
 
     @property
     def is_main_process(self) -> bool:
@@ -212,8 +229,37 @@ class PartialState:
             distributed.leave_process_group()
 
     @staticmethod
-    def _reset_state(*args: Any) -> None:
-        """Nothing to reset: accel keeps no shared state (kept for scripts that call it)."""
+    def _reset_state() -> None:
+        """Empty every live PartialState (not the AcceleratorStates, as in Accelerate): reading one
+        afterwards raises an AttributeError naming this call; the next `PartialState()` starts fresh.
+
+        Example:
+            >>> state = PartialState()
+            >>> PartialState._reset_state()
+            >>> state.initialized
+            False
+        """
+        _empty(lambda state: not isinstance(state, AcceleratorState))
+
+    def check_not_reset(self) -> None:
+        """Raise AttributeError, naming `_reset_state()`, when this state was emptied by it and no state of
+        its kind was created since (what an Accelerator checks before preparing, as Accelerate fails there)."""
+        if "_process" not in self.__dict__ and not _rejoin(self):
+            self.__getattr__("_process")
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when normal lookup failed: a missing attribute, or a property of an emptied state.
+        kind = type(self).__name__
+        if "_process" not in self.__dict__ and not name.startswith("__"):
+            if _rejoin(self):
+                return getattr(self, name)
+            if hasattr(type(self), name) or name in ("_process", "_mixed_precision"):
+                reset = "AcceleratorState" if isinstance(self, AcceleratorState) else "PartialState"
+                raise AttributeError(
+                    f"`{kind}` object has no attribute `{name}`. This happens if `{reset}._reset_state()` was called "
+                    "and an `Accelerator` or `PartialState` was not reinitialized: create a new one after the reset."
+                )
+        raise AttributeError(f"'{kind}' object has no attribute '{name}'")
 
     def __repr__(self) -> str:
         backend = f"  Backend: {self.backend}" if self.backend else ""
@@ -256,6 +302,7 @@ class AcceleratorState(PartialState):
         state = cls.__new__(cls)
         state._process = process
         state._mixed_precision = mixed_precision
+        _register(state)
         for name, plugin in plugins.items():
             setattr(state, name, plugin)
         return state
@@ -265,8 +312,62 @@ class AcceleratorState(PartialState):
         """The precision that runs, by accel's canonical name ('no', 'fp16', 'bf16', 'fp8', '16-true', ...)."""
         return self._mixed_precision
 
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:
+        """Empty every live AcceleratorState (an Accelerator's `state` included), and every PartialState
+        too when `reset_partial_state`; reading one afterwards raises an AttributeError naming this call.
+
+        Example:
+            >>> accelerator = Accelerator()  # doctest: +SKIP
+            >>> AcceleratorState._reset_state(True)  # doctest: +SKIP
+            >>> accel.state.is_initialized()  # doctest: +SKIP
+            False
+        """
+        _empty(lambda state: reset_partial_state or isinstance(state, AcceleratorState))
+
     def __repr__(self) -> str:
         return super().__repr__() + f"Mixed precision type: {self.mixed_precision}\n"
+
+
+def _register(state: PartialState) -> None:
+    state.__dict__["_serial"] = next(_SERIAL)
+    _LIVE.add(state)
+    _NEWEST["partial"] = state
+    if isinstance(state, AcceleratorState):
+        _NEWEST["accelerator"] = state
+
+
+def _empty(chosen: Callable[[PartialState], bool]) -> None:
+    """Remove the attributes of every live state `chosen` accepts (what Accelerate's `_shared_state.clear()` does)."""
+    reset_at = next(_SERIAL)
+    for state in list(_LIVE):
+        if chosen(state):
+            state.__dict__.clear()
+            state.__dict__["_reset_at"] = reset_at
+            _LIVE.discard(state)
+
+
+def _rejoin(state: PartialState) -> bool:
+    """Refill an emptied `state` from the newest state of its kind created after its reset, if any, and
+    say whether it did: an object kept from before `_reset_state()` then reads the new run's values, as
+    every handle on Accelerate's shared state does once an Accelerator or PartialState is created again."""
+    reset_at = state.__dict__.get("_reset_at")
+    if reset_at is None:
+        return False
+    source = _NEWEST.get("accelerator" if isinstance(state, AcceleratorState) else "partial")
+    if source is None or "_process" not in source.__dict__ or source.__dict__["_serial"] < reset_at:
+        return False
+    state.__dict__.pop("_reset_at")
+    state.__dict__.update(source.__dict__)
+    _LIVE.add(state)
+    return True
+
+
+def is_initialized() -> bool:
+    """True once an Accelerator (or an AcceleratorState built directly) was created, until
+    `AcceleratorState._reset_state()` (Accelerate's `accelerate.state.is_initialized()`)."""
+    newest = _NEWEST.get("accelerator")
+    return newest is not None and "_process" in newest.__dict__
 
 
 def run_where(function: Callable[..., Any] | None, here: bool) -> Any:

@@ -16,6 +16,7 @@ _OUT_OF_MEMORY_MESSAGES = (
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",  # cuDNN's answer to a batch too large
     "DefaultCPUAllocator: can't allocate memory",  # the CPU
     "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",  # HPU
+    "MPS backend out of memory",  # Apple's MPS
 )
 
 
@@ -39,7 +40,7 @@ def release_memory(*objects: Any) -> list[None]:
 
 
 def should_reduce_batch_size(exception: BaseException) -> bool:
-    """True when `exception` is an out-of-memory error (CUDA, XPU, CPU, HPU) or cuDNN's refusal of a too large batch."""
+    """True when `exception` is an out-of-memory error (CUDA, XPU, MPS, CPU, HPU) or cuDNN's refusal of a too large batch."""
     if isinstance(exception, torch.OutOfMemoryError):
         return True
     if isinstance(exception, RuntimeError) and len(exception.args) == 1 and isinstance(exception.args[0], str):
@@ -56,7 +57,17 @@ def find_executable_batch_size(
     out-of-memory error, free memory and retry with a smaller batch size, 90% of the previous one
     (or what `reduce_batch_size_fn()` returns), until it runs. The caller leaves out `batch_size`.
 
-    Raises RuntimeError when the batch size reaches 0. The size reached is kept for later calls.
+    Raises RuntimeError ("No executable batch size found, reached zero.") when a call would run with
+    batch size 0 (a `starting_batch_size` of 0 included, as in Accelerate). The size reached is kept
+    for later calls. Works the same on the CPU, where torch reports "DefaultCPUAllocator: can't
+    allocate memory".
+
+    Example:
+        >>> @find_executable_batch_size(starting_batch_size=64)
+        ... def train(batch_size, model):
+        ...     return batch_size
+        >>> train("model")
+        64
     """
     if function is None:
         return functools.partial(
@@ -64,8 +75,16 @@ def find_executable_batch_size(
             starting_batch_size=starting_batch_size,
             reduce_batch_size_fn=reduce_batch_size_fn,
         )
-    if isinstance(starting_batch_size, bool) or not isinstance(starting_batch_size, int) or starting_batch_size < 1:
-        raise ValueError(f"find_executable_batch_size(starting_batch_size={starting_batch_size!r}): give an int >= 1.")
+    if isinstance(starting_batch_size, bool) or not isinstance(starting_batch_size, int) or starting_batch_size < 0:
+        raise ValueError(
+            f"find_executable_batch_size(starting_batch_size={starting_batch_size!r}): give an int >= 1, the batch "
+            "size to try first."
+        )
+    if reduce_batch_size_fn is not None and not callable(reduce_batch_size_fn):
+        raise TypeError(
+            f"find_executable_batch_size(reduce_batch_size_fn={reduce_batch_size_fn!r}): give a function taking no "
+            "argument that returns the next batch size, or None for 90% of the previous one."
+        )
     batch_size = starting_batch_size
 
     def reduce_by_a_tenth() -> int:
@@ -79,10 +98,17 @@ def find_executable_batch_size(
         _check_batch_size_not_given(function, args)
         clear_device_cache(garbage_collection=True)
         while True:
+            if batch_size <= 0 and starting_batch_size == 0:
+                raise RuntimeError(
+                    f"No executable batch size found, reached zero. {function.__name__} was decorated with "
+                    "find_executable_batch_size(starting_batch_size=0): there is no batch size to try; give the "
+                    "batch size to try first (an int >= 1)."
+                )
             if batch_size <= 0:
                 raise RuntimeError(
-                    f"No executable batch size found, reached zero: {function.__name__} ran out of memory at every "
-                    f"batch size from {starting_batch_size} down (find_executable_batch_size)."
+                    f"No executable batch size found, reached zero. {function.__name__} ran out of memory at every "
+                    f"batch size from {starting_batch_size} down (find_executable_batch_size); start from a "
+                    "smaller model or sequence length, or a larger device."
                 )
             try:
                 return function(batch_size, *args, **kwargs)

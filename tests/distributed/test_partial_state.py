@@ -20,7 +20,40 @@ def test_one_process_is_the_main_the_local_main_and_the_last() -> None:
     state.wait_for_everyone()
     with state.main_process_first(), state.local_main_process_first():
         pass
-    PartialState._reset_state()  # accepted, nothing to reset
+    PartialState._reset_state()
+    assert not state.initialized
+
+
+def test_reset_empties_the_live_states_of_its_kind() -> None:
+    from accel import Accelerator
+    from accel.state import is_initialized
+
+    partial, accelerator = PartialState(cpu=True), Accelerator(cpu=True, mixed_precision="bf16")
+    assert is_initialized() and accelerator.state.mixed_precision == "bf16"
+    PartialState._reset_state()  # PartialStates only, as in Accelerate
+    with pytest.raises(AttributeError, match=r"`PartialState` object has no attribute `num_processes`\. This happens if "
+                       r"`PartialState._reset_state\(\)` was called"):
+        _ = partial.num_processes
+    with pytest.raises(AttributeError, match=r"^'PartialState' object has no attribute 'unknown'$"):
+        _ = partial.unknown
+    assert accelerator.num_processes == 1 and is_initialized()
+
+    accelerator.state._reset_state()
+    assert not is_initialized() and not accelerator.state.initialized
+    with pytest.raises(AttributeError, match=r"`AcceleratorState` object has no attribute `num_processes`\. This happens "
+                       r"if `AcceleratorState._reset_state\(\)`"):
+        _ = accelerator.num_processes
+    with pytest.raises(AttributeError, match=r"This happens if `AcceleratorState._reset_state\(\)`"):
+        accelerator.prepare(torch.nn.Linear(1, 1))  # refused early, as Accelerate's
+    accelerator.state.note = "kept"  # an emptied state takes new attributes, as Accelerate's
+    assert accelerator.state.note == "kept"
+
+    fresh = Accelerator(cpu=True)  # starts fresh: nothing of the reset one carries over
+    assert is_initialized() and fresh.state.mixed_precision == "no" and fresh.num_processes == 1
+    # a state kept from before the reset now reads the new run's, as Accelerate's shared state
+    assert accelerator.state.mixed_precision == "no" and accelerator.num_processes == 1
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert not is_initialized()
 
 
 def test_cpu_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

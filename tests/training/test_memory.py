@@ -85,3 +85,40 @@ def test_release_memory_returns_nones_and_drops_its_references() -> None:
     tensor, other = release_memory(tensor, [1])
     gc.collect()
     assert (tensor, other) == (None, None) and ref() is None
+
+
+def test_starting_at_zero_raises_at_the_call_as_in_accelerate() -> None:
+    calls: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=0)
+    def train(batch_size: int) -> None:
+        calls.append(batch_size)
+
+    with pytest.raises(RuntimeError, match=r"^No executable batch size found, reached zero\. .*starting_batch_size=0"):
+        train()
+    assert calls == []
+
+
+def test_bad_arguments_are_refused_at_decoration() -> None:
+    with pytest.raises(ValueError, match=r"starting_batch_size=-1"):
+        find_executable_batch_size(lambda batch_size: None, starting_batch_size=-1)
+    with pytest.raises(TypeError, match=r"reduce_batch_size_fn=3"):
+        find_executable_batch_size(lambda batch_size: None, reduce_batch_size_fn=3)  # type: ignore[arg-type]
+
+
+def test_the_sizes_tried_are_accelerates() -> None:
+    from accelerate.utils.memory import find_executable_batch_size as accelerate_version
+
+    def sizes(decorator: object) -> list[int]:
+        tried: list[int] = []
+
+        def train(batch_size: int) -> None:
+            tried.append(batch_size)
+            if batch_size != 8:
+                raise RuntimeError("MPS backend out of memory (MPS allocated: 1 GiB)")
+
+        decorator(train, starting_batch_size=20)()  # type: ignore[operator]
+        return tried
+
+    ours = sizes(find_executable_batch_size)
+    assert ours == sizes(accelerate_version) == [20, 18, 16, 14, 12, 10, 9, 8]

@@ -80,3 +80,17 @@ def test_the_top_level_exports() -> None:
     )
 
     assert {"PartialState", "AcceleratorState", "DistributedType", "skip_first_batches"} <= set(accel.__all__)
+
+
+def test_compare_versions_answers_accelerate_with_the_api_version_accel_implements() -> None:
+    import accel
+    from accel.utils import compare_versions, is_schedulefree_available, str_to_bool
+    from accel.utils.versions import compare_versions as at_accelerates_path
+
+    assert accel.__version__ == "1.15.0"
+    assert compare_versions("accelerate", ">=", "0.16.0") and at_accelerates_path("accel", "==", "1.15.0")
+    assert compare_versions("torch", ">=", "2.0")
+    with pytest.raises(ValueError, match=r"compare_versions\(operation='=>'\)"):
+        compare_versions("torch", "=>", "2.0")
+    assert isinstance(is_schedulefree_available(), bool)
+    assert str_to_bool("Yes") == 1 and str_to_bool("off", to_bool=True) is False

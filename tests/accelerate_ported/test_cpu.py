@@ -1,0 +1,29 @@
+# Ported from huggingface/accelerate tests/test_cpu.py at 16cb6eb80dd9aa8b4df1a63ef57863e455d53b83: only the import lines are renamed (accelerate -> accel).
+# Copyright 2022 The HuggingFace Team. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+import unittest
+
+from accel import debug_launcher
+from accel.test_utils import require_cpu
+from accelerate_ported.scripts import test_ops, test_script
+
+
+@require_cpu
+class MultiCPUTester(unittest.TestCase):
+    def test_cpu(self):
+        debug_launcher(test_script.main)
+
+    def test_ops(self):
+        debug_launcher(test_ops.main)
