@@ -10,10 +10,14 @@
 * `SkipDataLoader`: a DataLoader without its first batches on every pass.
 * `BatchSamplerShard`: one process's batches of a batch sampler (accel.data.sharding).
 
-Not supported (docs/migration.md says why): `DataLoaderDispatcher`,
+* `DataLoaderDispatcher`: for `isinstance`: a prepared dataloader that dispatches its batches is one.
+
+Not supported (docs/migration.md says why):
 `DataLoaderAdapter`, `DataLoaderStateMixin`, `get_sampler`. They can be imported, so that a script
 importing one still runs; using one raises NotImplementedError with the reason.
 """
+
+from typing import Any, NoReturn
 
 from accel._accelerate_names import refusals
 from accel.data.iterable_sharding import IterableDatasetShard
@@ -24,8 +28,32 @@ from accel.data.prepare import prepare_data_loader
 from accel.data.sharding import BatchSamplerShard
 from accel.data.skipping import SkipBatchSampler, SkipDataLoader, skip_first_batches
 
+
+class _DispatchingLoaders(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, PreparedDataLoader) and instance.dispatches
+
+
+class DataLoaderDispatcher(metaclass=_DispatchingLoaders):
+    """What Accelerate's DataLoaderDispatcher is to `isinstance`: a prepared dataloader whose batches process 0
+    reads and sends each process its part of (`DataLoaderConfiguration(dispatch_batches=True)`, the default for
+    an IterableDataset). Build one with `accelerator.prepare(loader)` or `prepare_data_loader`, not directly.
+
+    >>> isinstance(accelerator.prepare(DataLoader(stream, batch_size=4)), DataLoaderDispatcher)  # doctest: +SKIP
+    True
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(
+            "accel.data_loader.DataLoaderDispatcher is built by prepare: pass the DataLoader to accelerator.prepare "
+            "(or prepare_data_loader) with DataLoaderConfiguration(dispatch_batches=True), the default for an "
+            "IterableDataset."
+        )
+
+
 __all__ = [
     "BatchSamplerShard",
+    "DataLoaderDispatcher",
     "DataLoaderShard",
     "IterableDatasetShard",
     "PreparedDataLoader",
@@ -38,8 +66,6 @@ __all__ = [
 
 __getattr__ = refusals(
     {
-        "DataLoaderDispatcher": "prepare() and prepare_data_loader() dispatch batches themselves with "
-        "DataLoaderConfiguration(dispatch_batches=True) (the default for an IterableDataset); build none directly.",
         "DataLoaderAdapter": "it adapts torchdata's StatefulDataLoader, which accel does not use: prepared dataloaders "
         "resume exactly through save_state/load_state.",
         "DataLoaderStateMixin": "a prepared dataloader (accel.data_loader.DataLoaderShard) keeps its own end-of-epoch state "

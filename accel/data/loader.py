@@ -32,7 +32,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from accel._tree import map_tensors
 from accel._warnings import warn_once
 from accel.data.configuration import DataLoaderConfiguration
-from accel.data.dispatching import SliceFn, dispatch_loader
+from accel.data.dispatching import Dispatching, SliceFn, dispatch_loader
 from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
 from accel.data.loader_options import check_dataloader_config, dispatches, seed_loader
 from accel.data.position import adopt_generator, apply_rng, capture_rng, check_position, generators
@@ -219,6 +219,11 @@ class PreparedDataLoader(DataLoader):
     def iteration(self) -> int:
         """The running epoch's number (between epochs: the next one's); Accelerate's DataLoaderShard.iteration."""
         return self._running[-1].index if self._running else self._epochs_started
+
+    @property
+    def dispatches(self) -> bool:
+        """True when process 0 reads the batches and sends each process its part (`dispatch_batches`)."""
+        return isinstance(self._sharding, Dispatching)
 
     @property
     def end_of_dataloader(self) -> bool:

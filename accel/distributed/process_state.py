@@ -32,7 +32,7 @@ class ProcessState:
     def from_environment(cls, *, cpu: bool, group: InitProcessGroupKwargs | None = None) -> ProcessState:
         """Read the layout torchrun set, pick the device, and join the process group when there are several."""
         layout = distributed.read_layout(os.environ)
-        device = pick_device(cpu=cpu, local_index=layout.local_rank)
+        device = _device_from_environment(cpu) or pick_device(cpu=cpu, local_index=layout.local_rank)
         if layout.world_size == 1:
             return cls(device=device)
         backend = distributed.join_process_group(layout, device, group or InitProcessGroupKwargs())
@@ -57,6 +57,31 @@ class ProcessState:
     def is_last_process(self) -> bool:
         """True on the process with the highest rank."""
         return self.process_index == self.num_processes - 1
+
+
+DEVICE_VARIABLE = "ACCELERATE_TORCH_DEVICE"
+"""Accelerate's variable naming this process's device outright (its PartialState reads it, as accel's does)."""
+
+
+def _device_from_environment(cpu: bool) -> torch.device | None:
+    """The device $ACCELERATE_TORCH_DEVICE names, or None when it is not set; a value torch cannot parse, or an
+    accelerator together with cpu=True, raises ValueError naming the variable."""
+    value = os.environ.get(DEVICE_VARIABLE)
+    if value is None:
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(
+            f"{DEVICE_VARIABLE}={value!r} is not a device torch knows ({error}); give one like 'cpu', 'cuda:1' or "
+            f"'xpu:0', or unset it."
+        ) from None
+    if cpu and device.type != "cpu":
+        raise ValueError(
+            f"{DEVICE_VARIABLE}={value!r} names a {device.type} device, but cpu=True (or --cpu) asks for the CPU; "
+            f"unset {DEVICE_VARIABLE} or drop cpu=True."
+        )
+    return device
 
 
 def pick_device(*, cpu: bool, local_index: int = 0) -> torch.device:

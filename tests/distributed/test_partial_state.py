@@ -98,3 +98,17 @@ def test_states_of_an_existing_process_state() -> None:
     assert (full.mixed_precision, full.fsdp_plugin, full.backend) == ("bf16", "plugin", "gloo")
     assert full.on_process(process_index=1)(lambda: "ran")() == "ran"
     assert full.on_main_process(lambda: "ran")() is None
+
+
+def test_accelerates_torch_device_variable_names_the_device_and_a_bad_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ACCELERATE_TORCH_DEVICE (which Accelerate's PartialState reads) picks the device; nonsense is named."""
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:3")
+    assert ProcessState.from_environment(cpu=False).device == torch.device("cpu", 3)
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "gpu7")
+    with pytest.raises(ValueError, match=r"ACCELERATE_TORCH_DEVICE='gpu7' is not a device torch knows"):
+        ProcessState.from_environment(cpu=False)
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cuda:0")
+    with pytest.raises(ValueError, match=r"cpu=True"):
+        ProcessState.from_environment(cpu=True)
