@@ -221,6 +221,11 @@ class PreparedDataLoader(DataLoader):
         return self._running[-1].index if self._running else self._epochs_started
 
     @property
+    def gradient_state(self) -> GradientState:
+        """The GradientState this loader tells where an epoch ends (Accelerate's DataLoaderShard.gradient_state)."""
+        return self._gradients
+
+    @property
     def dispatches(self) -> bool:
         """True when process 0 reads the batches and sends each process its part (`dispatch_batches`)."""
         return isinstance(self._sharding, Dispatching)

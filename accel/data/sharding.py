@@ -111,7 +111,7 @@ class BatchSamplerShard(BatchSampler, Sharding):
         self.drop_last = getattr(batch_sampler, "drop_last", False)
         if split_batches and (self.batch_size is None or self.batch_size % num_processes):
             raise ValueError(
-                f"BatchSamplerShard(split_batches=True): the batch sampler's batch_size={self.batch_size!r} must be a "
+                f"BatchSamplerShard(split_batches=True): the batch sampler's batch_size={self.batch_size!r} must be a round "
                 f"multiple of num_processes={num_processes}. Use such a batch size, or split_batches=False."
             )
         self.synchronize: Callable[[], None] | None = None

@@ -15,11 +15,32 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `accelerate_ported.scripts` importable
 collect_ignore = ["scripts", "port.py", "cases.py"]
 
+_BUILT_DIRECTLY = (
+    "builds Accelerate's dataloader class directly from a dataset and DataLoader arguments; accel's prepared "
+    "loaders wrap a DataLoader and are built by prepare()/prepare_data_loader() (docs/migration.md, accelerate.data_loader)"
+)
+
 NOT_FOR_ACCEL: dict[str, str] = {
     "test_accelerator.py::AcceleratorTester::test_prepare_model_8bit_cpu_offload_raises_valueerror_not_typeerror":
         "patches Accelerate's internals by name (`patch('accelerate.accelerator.is_bitsandbytes_multi_backend_"
         "available')`, a string the import rename does not change); unpatched, with bitsandbytes' multi-backend "
         "installed, Accelerate too accepts an 8-bit model placed on the CPU",
+    "test_data_loader.py::DataLoaderTester::test_dataloader_inheritance":
+        _BUILT_DIRECTLY,
+    "test_data_loader.py::DataLoaderTester::test_end_of_dataloader":
+        _BUILT_DIRECTLY,
+    "test_data_loader.py::DataLoaderTester::test_end_of_dataloader_dispatcher":
+        _BUILT_DIRECTLY,
+    "test_data_loader.py::DataLoaderTester::test_skip_first_batches_does_not_reset_sampler_epoch":
+        _BUILT_DIRECTLY,
+    "test_data_loader.py::DataLoaderTester::test_skip_first_batches_preserves_iteration":
+        _BUILT_DIRECTLY,
+    "test_data_loader.py::DataLoaderTester::test_iterable_dataset_with_non_tensor_samples":
+        "dispatches batches holding strings; accel dispatches tensors only (it broadcasts shapes, then tensors, never "
+        "pickles) and refuses other batches naming dispatch_batches=False",
+    "test_kwargs_handlers.py::KwargsHandlerTester::test_torch_dynamo_plugin":
+        "sets ACCELERATE_DYNAMO_MODE=reduce-overhead with backend aot_ts_nvfuser; accel refuses a compile mode its "
+        "backend ignores (only inductor takes one), and reads the variables when the Accelerator is built",
 }
 
 
