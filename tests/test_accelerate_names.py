@@ -51,9 +51,22 @@ def test_names_accel_refuses_import_and_say_why_when_used() -> None:
 
     with pytest.raises(NotImplementedError, match=r"CometMLTracker is not supported by accel: .*GeneralTracker subclass"):
         CometMLTracker("run")
-    with pytest.raises(NotImplementedError, match=r"DataLoaderDispatcher is not supported by accel: .*dispatch batches"):
+    with pytest.raises(NotImplementedError, match=r"DataLoaderDispatcher is built by prepare: .*dispatch_batches=True"):
         DataLoaderDispatcher(range(4), batch_size=2)
     assert not isinstance(torch.utils.data.DataLoader(range(4)), DataLoaderStateMixin)
+
+
+def test_a_prepared_loader_that_dispatches_is_a_data_loader_dispatcher_and_one_that_shards_is_not() -> None:
+    from accel import Accelerator, DataLoaderConfiguration
+    from accel.data_loader import DataLoaderDispatcher, DataLoaderShard
+
+    loader = torch.utils.data.DataLoader(torch.arange(8.0), batch_size=2)
+    for dispatch in (True, False):
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
+        prepared = accelerator.prepare(loader)
+        assert isinstance(prepared, DataLoaderShard)
+        assert isinstance(prepared, DataLoaderDispatcher) is dispatch
+    assert not isinstance(loader, DataLoaderDispatcher)
 
 
 def test_unknown_names_are_still_attribute_errors() -> None:
