@@ -6,9 +6,10 @@ examples/complete_nlp_example.py and examples/by_feature/checkpointing.py: seede
 accumulating gradients with `accelerator.accumulate`, evaluating with `gather_for_metrics`,
 checkpointing with `save_state` (every N batches into `step_<N>`, or every epoch into
 `epoch_<e>`), resuming with `--resume_from_checkpoint` (`load_state`, then `skip_first_batches`
-for the rest of the interrupted epoch), printing on the main process with `accelerator.print`,
-and closing the trackers with `end_training`. The model is a small classifier on synthetic data,
-so a run takes seconds on a CPU.
+for the rest of the interrupted epoch; with `--use_stateful_dataloader`, `load_state` puts the
+dataloader back where it stopped, in the same order, and nothing is skipped), printing on the
+main process with `accelerator.print`, and closing the trackers with `end_training`. The model is
+a small classifier on synthetic data, so a run takes seconds on a CPU.
 
     python examples/accelerate_style.py --with_tracking --checkpointing_steps epoch --output_dir runs/demo
     accel launch --num_processes 2 --cpu examples/accelerate_style.py --cpu --output_dir runs/demo2
@@ -31,7 +32,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator
-from accel.utils import ProjectConfiguration, set_seed
+from accel.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 
 NUM_FEATURES = 16
 NUM_CLASSES = 4
@@ -151,6 +152,7 @@ def training_function(config: dict[str, float | int], args: argparse.Namespace) 
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with="tensorboard" if args.with_tracking else None,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=args.use_stateful_dataloader),
         project_config=ProjectConfiguration(
             project_dir=args.output_dir, logging_dir=os.path.join(args.output_dir, "logs")
         ),
@@ -174,8 +176,12 @@ def training_function(config: dict[str, float | int], args: argparse.Namespace) 
 
     for epoch in range(starting_epoch, num_epochs):
         if args.resume_from_checkpoint and epoch == starting_epoch and resume_step is not None:
-            # the batches of this epoch that the checkpoint had already trained on are skipped
-            active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_step)
+            # the batches of this epoch that the checkpoint had already trained on are skipped, unless
+            # load_state has put a stateful dataloader back after them already
+            if not args.use_stateful_dataloader:
+                active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_step)
+            else:
+                active_dataloader = train_dataloader
             overall_step += resume_step
         else:
             active_dataloader = train_dataloader
@@ -225,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpointing_steps", type=checkpointing_steps, default=None,
                         help="save the state every N batches (into step_<N>), or `epoch` (into epoch_<e>)")
     parser.add_argument("--resume_from_checkpoint", type=str, default=None, help="a step_<N> or epoch_<e> folder")
+    parser.add_argument("--use_stateful_dataloader", action="store_true",
+                        help="load_state puts the training dataloader back where the checkpoint was taken")
     parser.add_argument("--with_tracking", action="store_true", help="log to TensorBoard under <output_dir>/logs")
     parser.add_argument("--output_dir", type=str, default=".", help="where checkpoints, logs and the model go")
     args = parser.parse_args(argv)

@@ -11,7 +11,8 @@ from accel.data.loader_options import check_dataloader_config
 
 class DataOptionsMixin:
     """`split_batches`, `even_batches` (settable), `use_seedable_sampler`, `non_blocking`,
-    `dispatch_batches`: read from `dataloader_config`, which prepared dataloaders follow."""
+    `dispatch_batches`, `use_stateful_dataloader`: read from `dataloader_config`, which prepared
+    dataloaders follow."""
 
     dataloader_config: DataLoaderConfiguration
 
@@ -46,3 +47,11 @@ class DataOptionsMixin:
     def dispatch_batches(self) -> bool | None:
         """Never True: each process reads its own part of the data (DataLoaderConfiguration)."""
         return self.dataloader_config.dispatch_batches
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """Whether `load_state` puts prepared dataloaders back where the checkpoint was taken
+        (DataLoaderConfiguration; no torchdata needed).
+
+        Example: `Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))`."""
+        return self.dataloader_config.use_stateful_dataloader

@@ -78,7 +78,7 @@ def refuse_unsupported_layout(folder: Path, label: str) -> None:
         if name.startswith(STATEFUL_LOADER) and name.endswith(".bin"):
             raise CheckpointError(
                 f"{label}: {name} is the position of torchdata's StatefulDataLoader "
-                "(use_stateful_dataloader=True), which accel does not use. Delete it to resume with the "
+                "(use_stateful_dataloader=True), a format accel does not read. Delete it to resume with the "
                 "dataloader at the start of its epoch (skip_first_batches can skip what was done)."
             )
 

@@ -55,7 +55,8 @@ def setup_problems(accelerator: CheckpointHost, manifest: Manifest) -> list[str]
         )
     else:
         problems += _fp8_problems(manifest.fp8, fp8_setup(accelerator))
-    problems += _process_problems(manifest, accelerator.process_state.num_processes)
+    restored = [loader.config.use_stateful_dataloader for loader in accelerator.prepared.dataloaders]
+    problems += _process_problems(manifest, accelerator.process_state.num_processes, restored)
     for kind, count in contents_of(accelerator).items():
         saved = manifest.contents[kind]
         if saved != count:
@@ -69,20 +70,22 @@ def setup_problems(accelerator: CheckpointHost, manifest: Manifest) -> list[str]
     return problems
 
 
-def _process_problems(manifest: Manifest, processes: int) -> list[str]:
-    """A checkpoint loads in another number of processes unless a dataloader was inside an epoch:
-    where each process was in it depends on how many split the data."""
+def _process_problems(manifest: Manifest, processes: int, restored: list[bool]) -> list[str]:
+    """A checkpoint loads in another number of processes unless a dataloader whose position load_state
+    restores (`restored[i]`: its `use_stateful_dataloader`) was inside an epoch: where each process was in
+    it depends on how many split the data."""
     if manifest.num_processes == processes:
         return []
     inside = [f"dataloader {i} at epoch {p['epoch']}, batch {p['batch']}" for i, p in enumerate(manifest.dataloaders)
-              if p.get("batch", 0) != 0]
+              if p.get("batch", 0) != 0 and i < len(restored) and restored[i]]
     if not inside:
         return []
     return [
         f"it was saved by {manifest.num_processes} process(es) in the middle of an epoch ({', '.join(inside)}), and "
         f"this run has {processes}: a position inside an epoch cannot be carried over to a different number of "
-        f"processes, which split the data differently. Resume with {manifest.num_processes} process(es), or from a "
-        "checkpoint saved between epochs (any number of processes can resume those)"
+        f"processes, which split the data differently. Resume with {manifest.num_processes} process(es), from a "
+        "checkpoint saved between epochs (any number of processes can resume those), or without "
+        "DataLoaderConfiguration(use_stateful_dataloader=True) (the loader then starts a fresh epoch)"
     ]
 
 

@@ -160,8 +160,9 @@ def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[
     rank = accelerator.process_state.process_index
     rng_file, loaders_file = own_files(rank, staged.manifest.num_processes, staged.manifest.process_states)
     for index, loader in enumerate(accelerator.prepared.dataloaders):
-        with restoring(label, f"dataloader {index}", loaders_file):
-            loader.load_state_dict(objects[loaders_file][index])
+        if loader.config.use_stateful_dataloader:  # else left as prepared: a fresh epoch, as under Accelerate
+            with restoring(label, f"dataloader {index}", loaders_file):
+                loader.load_state_dict(objects[loaders_file][index])
     for index, obj in enumerate(accelerator.prepared.registered):
         with restoring(label, f"registered object {index} ({type(obj).__name__})", layout.custom_file(index)):
             obj.load_state_dict(objects[layout.custom_file(index)])

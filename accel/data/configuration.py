@@ -37,7 +37,9 @@ class DataLoaderConfiguration:
     non_blocking: bool = False
     """Copy batches to the device with `non_blocking=True` (pair with `pin_memory=True`)."""
     use_stateful_dataloader: bool = False
-    """Back prepared dataloaders by torchdata's StatefulDataLoader."""
+    """`load_state` puts each prepared dataloader back at the batch after the last one it yielded
+    (Accelerate does this with torchdata's StatefulDataLoader; accel needs no torchdata). False: the
+    loader starts a fresh epoch after `load_state`, and the script skips what was trained."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Check a field's value whenever it is set (the dataclass's __init__ sets each one too)."""

@@ -13,10 +13,12 @@ Epochs: the prepared loader numbers its epochs 0, 1, 2, ... as they start. `set_
 DataLoaderShard.set_epoch) makes the next epoch to start number e, and the numbering goes on from
 there. The number decides the order of the seedable sampler, is passed to the `set_epoch` of the
 user's dataset, sampler and batch sampler as each epoch starts, and to a DistributedSampler the
-script made. Checkpoints save the running epoch's number (between epochs: the next one's), so a
-resumed run goes on with the same numbering; a script that calls `set_epoch(e)` after `load_state`
-with the saved epoch's number keeps the loaded position, with another number it starts epoch e from
-its start (with a warning naming both).
+script made. Checkpoints save the running epoch's number (between epochs: the next one's) and the
+position in it. `load_state` restores them only for a loader prepared with
+`DataLoaderConfiguration(use_stateful_dataloader=True)`; otherwise the loader stays as prepared
+(its next pass is epoch 0 from its start, as under Accelerate). After a restored position, a
+script that calls `set_epoch(e)` with the saved epoch's number keeps it, with another number it
+starts epoch e from its start (with a warning naming both).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class PreparedDataLoader(DataLoader):
 
     `state_dict()` records the position in the running epoch; after `load_state_dict()`, the
     next iteration continues that epoch at the next batch, in the same order (see
-    docs/checkpoints.md).
+    docs/checkpoints.md). `load_state` calls it only with `use_stateful_dataloader=True`.
 
     With several processes (`state`), `loader` is rebuilt so that each process iterates its own
     part of every epoch; `self.loader` is that rebuilt loader and `len()` counts this process's
@@ -145,7 +147,9 @@ class PreparedDataLoader(DataLoader):
 
     def skip_first_batches(self, num_batches: int = 0) -> SkippedEpochStart:
         """This loader, with its next epoch starting at batch `num_batches` of that epoch (counted from
-        the epoch's start, also when load_state has positioned it inside the epoch); later epochs are whole."""
+        the epoch's start, also when load_state has positioned it inside the epoch); later epochs are whole.
+
+        Example: `for batch in accelerator.skip_first_batches(loader, resume_step): ...`"""
         return SkippedEpochStart(self, num_batches)
 
     @contextlib.contextmanager
@@ -158,8 +162,8 @@ class PreparedDataLoader(DataLoader):
     def _iterate(self, skip: int | None) -> Iterator[Any]:
         """One epoch; `skip`: the batch it starts at (None: the loaded position, or its start)."""
         loaded = self._resume
-        if skip is not None and loaded is not None and skip < loaded["batch"] >= self._length():
-            self._finish_loaded_epoch()  # it has no batch left: the skip is for the epoch after it
+        if loaded is not None and _ended(loaded["batch"], self._length(), skip):
+            self._finish_loaded_epoch()  # it has no batch left: this pass (and its skip) is the epoch after it
         index = self._epochs_started if self._resume is None else self._resume["epoch"]
         self._sharding.start_epoch(index)
         self._apply_epoch(index)
@@ -347,8 +351,9 @@ class PreparedDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a position from `state_dict()`: the next iteration continues the saved epoch
-        with the batch after the last one it yielded (none when that epoch had ended); a position
-        between epochs puts the generators back as the next epoch will find them."""
+        with the batch after the last one it yielded (when that was the epoch's last batch, the
+        next iteration is the next epoch, whole); a position between epochs puts the generators
+        back as the next epoch will find them."""
         rng = state.get("rng") if isinstance(state, dict) else None
         if isinstance(rng, dict) and isinstance(rng.get("generators"), list):
             adopt_generator(self.loader, len(rng["generators"]))
@@ -368,6 +373,15 @@ class PreparedDataLoader(DataLoader):
 
     def __repr__(self) -> str:
         return f"PreparedDataLoader({self.loader!r}, device={self.device})"
+
+
+def _ended(position: int, length: float, skip: int | None) -> bool:
+    """Whether a pass after a loaded `position` is the next epoch: the loaded epoch (of `length`
+    batches) yielded its last batch, and the pass does not skip back into it. (A position past the
+    end without a skip is left to _open, which reports the mismatched DataLoader.)"""
+    if skip is None:
+        return position == length
+    return skip < position >= length
 
 
 def _epoch_targets(loader: DataLoader[Any]) -> list[Any]:

@@ -11,6 +11,11 @@ What the honoured fields do:
   Accelerate's SeedableRandomSampler draws it. The order then depends on nothing but the seed and
   the epoch: the same in every run, and after a resume.
 * `non_blocking`: passed to `Tensor.to` when a batch moves to the device.
+* `use_stateful_dataloader`: whether `load_state` puts the loader back where the checkpoint was
+  taken (the batch after the last one it yielded, same epoch number, same order). False, as under
+  Accelerate: `load_state` leaves the loader as prepared, and its next pass is a fresh epoch,
+  which the script skips into itself (`skip_first_batches`). torchdata is not needed: accel's
+  loader saves its own position (always; restoring it is what the option decides).
 """
 
 from __future__ import annotations
@@ -43,12 +48,6 @@ def check_dataloader_config(config: DataLoaderConfiguration) -> None:
         raise TypeError(
             f"dataloader_config={config!r} is not accepted; give a DataLoaderConfiguration "
             "(from accel.utils import DataLoaderConfiguration), or None for the defaults."
-        )
-    if config.use_stateful_dataloader:
-        raise ValueError(
-            "DataLoaderConfiguration(use_stateful_dataloader=True) is not supported: accel does not use torchdata's "
-            "StatefulDataLoader, and needs none: save_state/load_state already resume a prepared dataloader at "
-            "the batch after the last one it yielded (docs/checkpoints.md). Leave use_stateful_dataloader=False."
         )
     if config.data_seed is not None and not config.use_seedable_sampler:
         raise ValueError(

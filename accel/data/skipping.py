@@ -9,11 +9,13 @@ first epoch after resuming and the original dataloader afterwards.
   loaded. Over an IterableDataset, a DataLoader that reads and drops them.
 * accel's prepared dataloader gives a `SkippedEpochStart`: a view of that same loader whose
   next epoch starts at batch `num_batches`, counted from the epoch's start, and whose later
-  epochs are whole. After `load_state` the loader is already positioned inside the saved epoch;
-  skipping counts from that epoch's start too, so an Accelerate script that calls both
-  `load_state` and `skip_first_batches(loader, resume_step)` sees each batch once (see
-  docs/checkpoints.md). Its position is still the prepared loader's: checkpoints and
-  `gather_for_metrics` go on working.
+  epochs are whole. By default `load_state` leaves the loader as prepared (a fresh epoch, as
+  under Accelerate), so a resuming script skips exactly what it asks. With
+  `DataLoaderConfiguration(use_stateful_dataloader=True)` `load_state` positions the loader
+  inside the saved epoch, and skipping still counts from that epoch's start: a script that also
+  calls `skip_first_batches(loader, resume_step)` sees each batch once, as Accelerate's by_feature
+  checkpointing example does with a stateful loader (which it then skips by not skipping). Its
+  position is still the prepared loader's: checkpoints and `gather_for_metrics` go on working.
 * Another object with its own `skip_first_batches(num_batches)` method decides itself.
 * Any other iterable with a length: an iterable that reads and drops the first batches.
 """
@@ -79,14 +81,15 @@ class SkipBatchSampler(BatchSampler):
 
 class SkipDataLoader(DataLoader[Any]):
     """A DataLoader that drops its first `skip_batches` batches on every pass (Accelerate's class; what
-    skip_first_batches builds for an IterableDataset). `use_stateful_dataloader=True` is refused, as
-    everywhere in accel (torchdata's StatefulDataLoader is not supported)."""
+    skip_first_batches builds for an IterableDataset). `use_stateful_dataloader=True` is refused: this
+    plain DataLoader keeps no position that a checkpoint could restore (a prepared loader does)."""
 
     def __init__(self, dataset: Any, skip_batches: int = 0, use_stateful_dataloader: bool = False, **kwargs: Any) -> None:
         if use_stateful_dataloader:
             raise ValueError(
-                "SkipDataLoader(use_stateful_dataloader=True) is not supported: accel does not use torchdata's "
-                "StatefulDataLoader (prepared dataloaders resume exactly through save_state/load_state). Leave it out."
+                "SkipDataLoader(use_stateful_dataloader=True) is not supported: a SkipDataLoader is a plain DataLoader "
+                "with no position that load_state could restore. Leave it out, or prepare the DataLoader with "
+                "DataLoaderConfiguration(use_stateful_dataloader=True) and call skip_first_batches on the prepared one."
             )
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches

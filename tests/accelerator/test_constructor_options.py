@@ -41,8 +41,14 @@ def test_dataloader_config_and_older_keywords_together_are_refused() -> None:
 
 
 def test_a_dataloader_option_accel_cannot_honour_is_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match="use_stateful_dataloader=True"):
-        Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
+    with pytest.raises(ValueError, match=r"data_seed=3\) has no effect"):
+        Accelerator(dataloader_config=DataLoaderConfiguration(data_seed=3))
+
+
+def test_use_stateful_dataloader_is_accepted_without_torchdata() -> None:
+    config = DataLoaderConfiguration(use_stateful_dataloader=True)
+    assert Accelerator(dataloader_config=config).use_stateful_dataloader is True
+    assert Accelerator().use_stateful_dataloader is False
 
 
 def test_the_accumulation_plugin_sets_the_steps() -> None:

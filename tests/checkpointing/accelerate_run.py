@@ -96,7 +96,9 @@ def main(mode: str, project: str, *rest: str) -> None:
     report["weights"] = [p.detach().reshape(-1).tolist() for p in accelerator.unwrap_model(model).parameters()]
     if mode == "resume":
         report["saved"] = str(accelerator.save_state(None if automatic else os.path.join(project, "next")))
-    print(json.dumps({"rank": accelerator.process_index, **report}), flush=True)
+    # one write per line (print writes the text and the newline apart): the ranks' lines never interleave
+    sys.stdout.write(json.dumps({"rank": accelerator.process_index, **report}) + "\n")
+    sys.stdout.flush()
 
 
 def epoch(accelerator: Any, model: nn.Module, optimizer: Any, loader: Any, scheduler: Any) -> list[list[float]]:

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator, GradScalerKwargs, ProjectConfiguration
+from accel import Accelerator, DataLoaderConfiguration, GradScalerKwargs, ProjectConfiguration
 
 WIDTH = 16
 SAMPLES = 60  # 8 batches of 8: the last one has 4 samples
@@ -92,6 +92,7 @@ def build(job: Job) -> Setup:
     accelerator = Accelerator(
         mixed_precision=job.precision, gradient_accumulation_steps=ACCUMULATION, project_config=config,
         kwarg_handlers=handlers,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),  # the loop resumes where it stopped
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-4)  # 1e-8 is 0 in fp16 (16-true)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + 0.05 * step))

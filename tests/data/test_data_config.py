@@ -57,7 +57,6 @@ def _epoch(loader: Any) -> list[list[int]]:
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ({"use_stateful_dataloader": True}, r"use_stateful_dataloader=True\) is not supported.*save_state/load_state"),
         ({"data_seed": 7}, r"data_seed=7\) has no effect with use_seedable_sampler=False.*use_seedable_sampler=True"),
     ],
 )
@@ -73,6 +72,7 @@ def test_every_honoured_value_passes_the_check() -> None:
         DataLoaderConfiguration(),
         DataLoaderConfiguration(dispatch_batches=False),
         DataLoaderConfiguration(split_batches=True, even_batches=False, non_blocking=True),
+        DataLoaderConfiguration(use_stateful_dataloader=True),  # load_state restores positions (no torchdata)
         DataLoaderConfiguration(use_seedable_sampler=True, data_seed=3),
     ]:
         check_dataloader_config(config)

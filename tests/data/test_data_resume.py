@@ -1,6 +1,7 @@
 """A prepared dataloader with its own torch.Generator resumes exactly from a checkpoint taken
 between epochs: the next epoch's order is the one the uninterrupted run draws (the generator's
-state is part of the position), with a real save_state/load_state."""
+state is part of the position), with a real save_state/load_state and use_stateful_dataloader=True;
+without it, load_state leaves the loader as prepared (as Accelerate)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from accel import Accelerator
+from accel import Accelerator, DataLoaderConfiguration
 from accel.data.loader import PreparedDataLoader
 from accel.training.gradient_state import GradientState
 
@@ -44,9 +45,9 @@ def test_without_a_generator_the_position_between_epochs_has_no_rng() -> None:
     assert running.state_dict() == {"epoch": 1, "batch": 0, "rng": None}
 
 
-def _run(folder: Path, resume: bool) -> list[list[list[int]]]:
+def _run(folder: Path, resume: bool, stateful: bool = True) -> list[list[list[int]]]:
     """Three epochs, saving after the first (outside the loop), or loading that save and doing the rest."""
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=stateful))
     loader = accelerator.prepare(_loader())
     if resume:
         accelerator.load_state(folder)
@@ -59,5 +60,14 @@ def _run(folder: Path, resume: bool) -> list[list[list[int]]]:
 
 
 def test_save_state_between_epochs_then_load_state_continues_in_the_same_order(tmp_path: Path) -> None:
+    """With use_stateful_dataloader=True."""
     straight = _run(tmp_path / "checkpoint", resume=False)
     assert _run(tmp_path / "checkpoint", resume=True) == straight[1:]
+
+
+def test_by_default_load_state_leaves_the_loader_as_prepared(tmp_path: Path) -> None:
+    """As under Accelerate: no position, epoch number or generator state is restored, so the resumed
+    passes are those of a fresh loader (the saved run's first epochs), whatever the checkpoint holds."""
+    straight = _run(tmp_path / "checkpoint", resume=False, stateful=False)
+    assert straight[0] != straight[1]  # the generator does move on between epochs
+    assert _run(tmp_path / "checkpoint", resume=True, stateful=False) == straight[:2]

@@ -1,7 +1,8 @@
 """skip_first_batches leaves out the first batches of every pass, for each kind of dataloader; on
-accel's prepared dataloader, of its next epoch only, counted from the epoch's start (also after
-load_state has positioned it inside an epoch: an Accelerate script that does both sees every
-batch once)."""
+accel's prepared dataloader, of its next epoch only, counted from the epoch's start. A resumed
+Accelerate script gets Accelerate's batches by default (load_state leaves the loader as prepared);
+with use_stateful_dataloader=True load_state positions the loader, and the skip still counts from
+the epoch's start, so a script that does both sees every batch once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from accel import Accelerator
+from accel import Accelerator, DataLoaderConfiguration
 from accel.data.loader import PreparedDataLoader
 from accel.data.skipping import SkippedEpochStart, skip_first_batches
 from accel.training.gradient_state import GradientState
@@ -121,13 +122,14 @@ def test_after_a_resume_skipping_counts_from_the_start_of_the_loaded_epoch(saved
 @pytest.mark.parametrize("skip", [0, 2])
 def test_after_a_position_at_the_end_of_an_epoch_the_skip_is_for_the_next_epoch(skip: int) -> None:
     """Saved after the epoch's last batch, inside the loop: an Accelerate script computes the next epoch
-    and resume_step 0 (or more); the loaded epoch, which has nothing left, is not replayed."""
+    and resume_step 0 (or more); the loaded epoch, which has nothing left, is not replayed (nor yielded
+    as an empty pass: the batch after the last one yielded is the next epoch's first)."""
     expected = _epochs(3)
     resumed, _ = _loaded_at(5)
     assert _values(skip_first_batches(resumed, skip)) == expected[1][skip:]
     assert _values(resumed) == expected[2]
     fresh, _ = _loaded_at(5)
-    assert _values(fresh) == [] and _values(fresh) == expected[1]  # without a skip: the empty rest, then on
+    assert _values(fresh) == expected[1] and _values(fresh) == expected[2]  # without a skip: the next epoch, whole
 
 
 def test_skipping_a_skipped_view_adds_up() -> None:
@@ -135,10 +137,21 @@ def test_skipping_a_skipped_view_adds_up() -> None:
     assert _values(skip_first_batches(skip_first_batches(_shuffled(), 1), 2)) == expected[0][3:]
 
 
-def _accelerate_script(folder: Path, generator: bool, resume: str | None = None, stop_at: int | None = None) -> list[list[int]]:
-    """The loop of Accelerate's examples/by_feature/checkpointing.py: load_state, then skip_first_batches
-    of the steps done in the resumed epoch (computed from the checkpoint's name), for the first epoch."""
-    accelerator = Accelerator(cpu=True)
+def _accelerate_script(folder: Path, generator: bool, resume: str | None = None, stop_at: int | None = None,
+                       library: str = "accel", stateful: bool = False, skips: bool = True) -> list[list[int]]:
+    """The loop of Accelerate's examples/by_feature/checkpointing.py, under `library` (accel or
+    accelerate): load_state, then skip_first_batches of the steps done in the resumed epoch (computed
+    from the checkpoint's name) for the first epoch (not when `skips` is False: a stateful loader's
+    script, as that example's --use_stateful_dataloader)."""
+    if library == "accelerate":
+        import accelerate
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(True)
+        accelerator: Any = accelerate.Accelerator(cpu=True)
+    else:
+        config = DataLoaderConfiguration(use_stateful_dataloader=stateful)
+        accelerator = Accelerator(cpu=True, dataloader_config=config)
     torch.manual_seed(0)  # set_seed(0)
     loader = accelerator.prepare(_shuffled(prepared=False, generator=generator))
     starting_epoch, resume_step, overall_step = 0, None, 0
@@ -149,8 +162,8 @@ def _accelerate_script(folder: Path, generator: bool, resume: str | None = None,
         resume_step = overall_step - starting_epoch * len(loader)
     seen = []
     for epoch in range(starting_epoch, 3):
-        if resume is not None and epoch == starting_epoch and resume_step is not None:
-            active = skip_first_batches(loader, resume_step)
+        if resume is not None and epoch == starting_epoch and resume_step is not None and skips:
+            active = accelerator.skip_first_batches(loader, resume_step)
         else:
             active = loader
         for batch in active:
@@ -162,17 +175,41 @@ def _accelerate_script(folder: Path, generator: bool, resume: str | None = None,
     return seen
 
 
-@pytest.mark.parametrize("generator", [True, False], ids=["own-generator", "global-rng"])
-@pytest.mark.parametrize("stops", [(3,), (5,), (7, 8), (5, 10)], ids=["mid-epoch", "epoch-end", "twice", "ends"])
-def test_an_accelerate_script_doing_load_state_and_skip_first_batches_sees_every_batch_once(
+def _resumed_run(folder: Path, stops: tuple[int, ...], generator: bool, **options: Any) -> list[list[int]]:
+    """The batches of a run stopped (after a save_state) at each of `stops` and resumed from there."""
+    seen = _accelerate_script(folder, generator, stop_at=stops[0], **options)
+    for previous, stop in zip(stops, [*stops[1:], None]):
+        seen += _accelerate_script(folder, generator, resume=f"step_{previous}", stop_at=stop, **options)
+    return seen
+
+
+STOPS = pytest.mark.parametrize("stops", [(3,), (5,), (7, 8), (5, 10)], ids=["mid-epoch", "epoch-end", "twice", "ends"])
+GENERATOR = pytest.mark.parametrize("generator", [True, False], ids=["own-generator", "global-rng"])
+
+
+@GENERATOR
+@STOPS
+def test_by_default_a_resumed_accelerate_script_gets_accelerates_batches(
     tmp_path: Path, stops: tuple[int, ...], generator: bool
 ) -> None:
-    straight = _accelerate_script(tmp_path, generator)
+    """load_state leaves the loader as prepared (a fresh epoch, as under Accelerate, run here for real):
+    the script's own skip_first_batches decides, and every resumed batch is Accelerate's."""
+    ours = _resumed_run(tmp_path / "accel", stops, generator)
+    theirs = _resumed_run(tmp_path / "accelerate", stops, generator, library="accelerate")
+    assert len(ours) == 15 and ours == theirs
+
+
+@GENERATOR
+@STOPS
+@pytest.mark.parametrize("skips", [True, False], ids=["script-skips", "script-does-not-skip"])
+def test_with_use_stateful_dataloader_a_resumed_script_sees_every_batch_once(
+    tmp_path: Path, stops: tuple[int, ...], generator: bool, skips: bool
+) -> None:
+    """The opt-in: load_state puts the loader back after its last batch; a script that also skips
+    (counted from the epoch's start) and one that does not both see the uninterrupted run's batches."""
+    straight = _accelerate_script(tmp_path, generator, stateful=True)
     assert len(straight) == 15
-    seen = _accelerate_script(tmp_path, generator, stop_at=stops[0])
-    for previous, stop in zip(stops, [*stops[1:], None]):
-        seen += _accelerate_script(tmp_path, generator, resume=f"step_{previous}", stop_at=stop)
-    assert seen == straight
+    assert _resumed_run(tmp_path, stops, generator, stateful=True, skips=skips) == straight
 
 
 def test_skip_data_loader_is_a_dataloader_without_its_first_batches() -> None:
@@ -182,5 +219,5 @@ def test_skip_data_loader_is_a_dataloader_without_its_first_batches() -> None:
     assert isinstance(loader, DataLoader) and len(loader) == 2
     assert [batch.tolist() for batch in loader] == [[8, 9, 10, 11], [12, 13, 14, 15]]
     assert [batch.tolist() for batch in loader] == [[8, 9, 10, 11], [12, 13, 14, 15]]  # on every pass
-    with pytest.raises(ValueError, match=r"use_stateful_dataloader=True\) is not supported"):
+    with pytest.raises(ValueError, match=r"use_stateful_dataloader=True\) is not supported: a SkipDataLoader"):
         SkipDataLoader(list(range(4)), skip_batches=1, use_stateful_dataloader=True)

@@ -1,5 +1,6 @@
 """examples/accelerate_style.py, a typical Accelerate script with only its import lines changed,
-trains in one and in two processes, resumes exactly, and writes TensorBoard scalars.
+trains in one and in two processes, resumes exactly (with --use_stateful_dataloader) or as
+Accelerate does (without), and writes TensorBoard scalars.
 
 Each run is a real process (two: `accel launch --num_processes 2`); the runs are shared by the
 tests through module-scoped fixtures, since each costs seconds. The script is also run by
@@ -99,8 +100,12 @@ def test_two_processes_train_and_gather_each_sample_once(two_processes: Run) -> 
     assert (two_processes.output_dir / "step_20" / "random_states_1.pt").is_file()  # each process saved its own
 
 
-def _resumed(original: Run, checkpoint: str, folder: Path, processes: int) -> Run:
-    resumed = run_script(folder, "--resume_from_checkpoint", str(original.output_dir / checkpoint), processes=processes)
+def _resumed(original: Run, checkpoint: str, folder: Path, processes: int, stateful: bool = True) -> Run:
+    """A run resumed from `original`'s checkpoint: exact (`stateful`: --use_stateful_dataloader, the loader
+    put back where it stopped), or with the loader left as prepared, as under Accelerate."""
+    options = ("--use_stateful_dataloader",) if stateful else ()
+    resumed = run_script(folder, "--resume_from_checkpoint", str(original.output_dir / checkpoint), *options,
+                         processes=processes)
     assert f"Resumed from checkpoint: {original.output_dir / checkpoint}" in resumed.stdout
     return resumed
 
@@ -108,8 +113,8 @@ def _resumed(original: Run, checkpoint: str, folder: Path, processes: int) -> Ru
 def test_resuming_mid_epoch_and_mid_window_matches_the_uninterrupted_run_bit_for_bit(
     one_process: Run, tmp_path: Path
 ) -> None:
-    """load_state, then skip_first_batches for the rest of epoch 1: the same metrics and identical
-    weights as the run that never stopped. step_35 is epoch 1, batch 5 of 30: in the middle of a
+    """load_state with use_stateful_dataloader=True: the same metrics and identical weights as the run
+    that never stopped. step_35 is epoch 1, batch 5 of 30: in the middle of a
     window of 2 accumulated batches, whose partial gradients the checkpoint holds."""
     resumed = _resumed(one_process, "step_35", tmp_path, processes=1)
     assert sorted(resumed.metrics) == [1, 2]
@@ -174,7 +179,8 @@ def test_tensorboard_holds_the_logged_scalars(processes: int, one_process: Run, 
 
 def test_accelerate_itself_runs_the_script_with_its_imports_changed_back(one_process: Run, tmp_path: Path) -> None:
     """The script is written for Accelerate: with `accelerate` in its two import lines, Accelerate
-    runs it, and in one process on the CPU computes the very same metrics and weights as accel."""
+    runs it, and in one process on the CPU computes the very same metrics and weights as accel, also
+    when resumed mid-epoch (by default, without use_stateful_dataloader)."""
     source = SCRIPT.read_text()
     changed = source.replace("\nfrom accel import ", "\nfrom accelerate import ").replace(
         "\nfrom accel.utils import ", "\nfrom accelerate.utils import "
@@ -186,3 +192,15 @@ def test_accelerate_itself_runs_the_script_with_its_imports_changed_back(one_pro
     assert run.metrics == one_process.metrics
     accel_weights, accelerate_weights = one_process.weights(), run.weights()
     assert all(torch.equal(accel_weights[name], accelerate_weights[name]) for name in accel_weights)
+    # Resumed mid-epoch by default (load_state, then skip_first_batches): accel's loader is left as prepared,
+    # as Accelerate's, so both draw the same fresh order and train the same batches. step_70 is epoch 2,
+    # batch 10: at a window boundary (inside one, accel also restores the gradients accumulated so far,
+    # which Accelerate's checkpoints do not hold).
+    step = 2 * MID_WINDOW_STEP[1]
+    theirs = run_script(tmp_path / "theirs", "--resume_from_checkpoint", str(run.output_dir / f"step_{step}"),
+                        script=script)
+    ours = _resumed(one_process, f"step_{step}", tmp_path / "ours", 1, stateful=False)
+    assert sorted(ours.metrics) == [2] and ours.metrics == theirs.metrics
+    assert ours.metrics[2] != one_process.metrics[2]  # not the uninterrupted run's batches: a fresh order
+    ours_weights, theirs_weights = ours.weights(), theirs.weights()
+    assert all(torch.equal(ours_weights[name], theirs_weights[name]) for name in ours_weights)

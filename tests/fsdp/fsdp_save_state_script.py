@@ -30,7 +30,7 @@ from fsdp_tiny import WIDTH, as_lists, loss_of, make_model, optimizer_for
 from launching import report
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator, ProjectConfiguration
+from accel import Accelerator, DataLoaderConfiguration, ProjectConfiguration
 from accel.checkpointing import CheckpointError
 from accel.fsdp import full_optimizer_state_dict
 from accel.utils import FullyShardedDataParallelPlugin
@@ -63,7 +63,10 @@ def build(precision: str, project: Path | None, fsdp: str | None = "SHARDED_STAT
             auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap="Block", state_dict_type=fsdp
         )
     config = ProjectConfiguration(project_dir=project, total_limit=1) if project is not None else None
-    accelerator = Accelerator(mixed_precision=precision, cpu=True, fsdp_plugin=plugin, project_config=config)
+    accelerator = Accelerator(
+        mixed_precision=precision, cpu=True, fsdp_plugin=plugin, project_config=config,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),  # train() goes on where it stopped
+    )
     torch.manual_seed(0)
     model = make_model(width=width)
     data = torch.randn(32, 8, generator=torch.Generator().manual_seed(3))

@@ -18,15 +18,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator
+from accel import Accelerator, DataLoaderConfiguration
 from launching import report
 
 SAVE_AT = 5
 """The micro-batch (counted from 1) after which FOLDER/mid is saved: inside epoch 0 and inside a window."""
 
 
-def build() -> tuple[Accelerator, nn.Module, Any, Any, Any]:
-    accelerator = Accelerator(gradient_accumulation_steps=2)
+def build(stateful: bool = True) -> tuple[Accelerator, nn.Module, Any, Any, Any]:
+    """`stateful`: use_stateful_dataloader, so that train() goes on where load_state put the loader."""
+    config = DataLoaderConfiguration(use_stateful_dataloader=stateful)
+    accelerator = Accelerator(gradient_accumulation_steps=2, dataloader_config=config)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     x = torch.randn(40, 8)

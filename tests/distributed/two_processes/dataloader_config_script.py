@@ -7,8 +7,9 @@ Each scenario builds an Accelerator with a DataLoaderConfiguration, prepares a s
 and reports what this rank saw: `split` (split_batches), `split_error` (a batch size that does
 not divide), `uneven` and `gathered_*` (even_batches=False, with gather_for_metrics), `seeded`
 (use_seedable_sampler, with the ranks' RNGs seeded differently), and `straight`/`resumed`
-(save_state mid-epoch, then in a new Accelerator load_state + skip_first_batches, as an
-Accelerate script resumes).
+(save_state mid-epoch, then in a new Accelerator with use_stateful_dataloader=True load_state +
+skip_first_batches, as an Accelerate script resumes), `resumed_default` (the same without the
+option: the loader stays as prepared) and `fresh` (two epochs of a freshly prepared loader).
 """
 
 from __future__ import annotations
@@ -79,11 +80,13 @@ def resume(folder: Path) -> None:
             accelerator.save_state(folder / "step")
             seen = []
     report("straight", seen + epochs(prepared, 1)[0])
-    accelerator = Accelerator()
-    prepared = prepare(accelerator, loader(14, 2))
-    accelerator.load_state(folder / "step")
-    resumed = [batch.tolist() for batch in skip_first_batches(prepared, 3)]  # resume_step: 3 done in epoch 1
-    report("resumed", resumed + epochs(prepared, 1)[0])
+    for stateful in (True, False):
+        accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=stateful))
+        prepared = prepare(accelerator, loader(14, 2))
+        accelerator.load_state(folder / "step")
+        resumed = [batch.tolist() for batch in skip_first_batches(prepared, 3)]  # resume_step: 3 done in epoch 1
+        report("resumed" if stateful else "resumed_default", resumed + epochs(prepared, 1)[0])
+    report("fresh", epochs(prepare(Accelerator(), loader(14, 2)), 2))
 
 
 if __name__ == "__main__":

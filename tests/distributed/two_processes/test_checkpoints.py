@@ -54,3 +54,15 @@ def test_a_checkpoint_inside_an_epoch_is_refused_by_another_number_of_processes(
     parts = build()
     with pytest.raises(CheckpointError, match=r"saved by 2 process\(es\) in the middle of an epoch .* this run has 1"):
         parts[0].load_state(folder / "mid")
+
+
+def test_without_use_stateful_dataloader_a_checkpoint_inside_an_epoch_loads_in_one_process(
+    saved: tuple[Launched, Path],
+) -> None:
+    """The loader's position is not restored by default (as under Accelerate), so the number of processes
+    that split the data does not matter: the loader stays as prepared."""
+    _, folder = saved
+    parts = build(stateful=False)
+    parts[0].load_state(folder / "mid")
+    position = parts[3].state_dict()
+    assert (position["epoch"], position["batch"], position["rng"]) == (0, 0, None)

@@ -51,7 +51,15 @@ def test_the_seedable_sampler_orders_epoch_e_by_data_seed_plus_e_on_every_proces
 
 
 def test_load_state_then_skip_first_batches_sees_each_batch_once(run: Launched) -> None:
+    """With use_stateful_dataloader=True."""
     straight, resumed = run.of("straight"), run.of("resumed")
     assert resumed == straight
     assert all(len(batches) == 1 + 4 for batches in straight)  # 1 left of epoch 1 (4 per process), epoch 2 whole
     assert straight[0] != straight[1]
+
+
+def test_by_default_load_state_leaves_each_processs_loader_as_prepared(run: Launched) -> None:
+    """As under Accelerate: the resumed pass is a fresh loader's first epoch, less the script's skip."""
+    fresh, resumed = run.of("fresh"), run.of("resumed_default")
+    assert resumed == [epochs[0][3:] + epochs[1] for epochs in fresh]
+    assert resumed != run.of("straight")
