@@ -132,10 +132,9 @@ def create_model_and_optimizer(
     config: dict[str, float | int], batches_per_epoch: int
 ) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The model (built after set_seed, so that the seed also sets its initial weights), its optimizer,
-    and a linear schedule sized as Accelerate's examples size it: in optimizer steps of one process.
-    (accel steps a prepared scheduler once per optimizer step: with N processes, each seeing 1/N of the
-    batches, training ends 1/N of the way through this schedule. Accelerate steps it N times per
-    optimizer step instead, which is what this sizing assumes. In one process the two agree.)"""
+    and a linear schedule sized as Accelerate's examples size it, from the loader's length before prepare
+    (a prepared scheduler steps once per process for each optimizer step (as under Accelerate), so with N
+    processes, each seeing 1/N of the batches, the schedule still ends with the last epoch.)"""
     model = Classifier()
     optimizer = torch.optim.AdamW(params=model.parameters(), lr=config["lr"])
     lr_scheduler = linear_schedule_with_warmup(
