@@ -133,7 +133,7 @@ def create_model_and_optimizer(
 ) -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """The model (built after set_seed, so that the seed also sets its initial weights), its optimizer,
     and a linear schedule sized as Accelerate's examples size it, from the loader's length before prepare
-    (a prepared scheduler steps once per process for each optimizer step (as under Accelerate), so with N
+    (a prepared scheduler steps once per process for each optimizer step, as under Accelerate, so with N
     processes, each seeing 1/N of the batches, the schedule still ends with the last epoch.)"""
     model = Classifier()
     optimizer = torch.optim.AdamW(params=model.parameters(), lr=config["lr"])
