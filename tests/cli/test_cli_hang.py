@@ -104,29 +104,29 @@ def test_a_stuck_wait_for_everyone_ends_with_the_timeout_from_the_config_file(
     ]
 
 
-MAIN_ONLY_SAVE = """\
+MAIN_ONLY_GATHER = """\
 import torch
 from accel import Accelerator
 
 accelerator = Accelerator()
 model = accelerator.prepare(torch.nn.Linear(2, 2))
 if accelerator.is_main_process:
-    accelerator.save_state("checkpoint")  # collectives inside: every process must call it
+    accelerator.gather(torch.ones(1))  # a collective: every process must call it (save_state may run on one)
 accelerator.wait_for_everyone()
 """
 
 
 def test_a_collective_called_by_the_main_process_only_is_named_as_the_likely_cause(run_accel, tmp_path: Path) -> None:
     script = tmp_path / "save.py"
-    script.write_text(MAIN_ONLY_SAVE)
+    script.write_text(MAIN_ONLY_GATHER)
     result, seconds = _launch_timed(run_accel, "--collective_timeout", "3", str(script))
     assert result.returncode == 1 and seconds < 60, result.stderr
-    # Whichever rank's timeout ends first fails first: rank 0 in save_state's collective, or rank 1 at the barrier.
+    # Whichever rank's timeout ends first fails first: rank 0 in the gather, or rank 1 at the barrier.
     lines = result.stderr.strip().splitlines()
     assert re.fullmatch(r"accel launch: save\.py exited with status 1 \(rank [01] of 2\)", lines[-1])
     different = [re.fullmatch(
         r"accel launch: rank (\d) waited in (.+) while rank (\d) waited in (.+): the processes called different "
-        r"collectives at this point \(a collective inside `if accelerator\.is_main_process:`, such as save_state, "
+        r"collectives at this point \(a collective inside `if accelerator\.is_main_process:`, such as gather or reduce, "
         r"is a common cause\)", line) for line in lines]
     found = [match.groups() for match in different if match]
     assert len(found) == 1, result.stderr

@@ -183,7 +183,7 @@ def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
     return (
         f"accel launch: rank {first['rank']} waited in {first['operation']} while {where}: the processes called "
         "different collectives at this point (a collective inside `if accelerator.is_main_process:`, such as "
-        "save_state, is a common cause)"
+        "gather or reduce, is a common cause)"
     )
 
 
