@@ -99,6 +99,11 @@ def main(mode: str, project: str, *rest: str) -> None:
     # one write per line (print writes the text and the newline apart): the ranks' lines never interleave
     sys.stdout.write(json.dumps({"rank": accelerator.process_index, **report}) + "\n")
     sys.stdout.flush()
+    # Leave the process group together: a gloo rank exiting while the other still talks to it can abort
+    # (SIGABRT at exit, seen under load), which would fail the run after its report was written.
+    accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def epoch(accelerator: Any, model: nn.Module, optimizer: Any, loader: Any, scheduler: Any) -> list[list[float]]:
