@@ -32,11 +32,10 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accel._tree import map_tensors
-from accel._warnings import warn_once
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.dispatching import Dispatching, SliceFn, dispatch_loader
 from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
-from accel.data.loader_options import check_dataloader_config, dispatches, seed_loader
+from accel.data.loader_options import check_dataloader_config, check_even_batches_apply, dispatches, seed_loader
 from accel.data.position import adopt_generator, apply_rng, capture_rng, check_position, generators
 from accel.data.sharding import Sharding, shard_loader
 from accel.data.skipping import SkippedEpochStart
@@ -113,14 +112,11 @@ class PreparedDataLoader(DataLoader):
         seeded, self._seeded = seed_loader(loader, config)
         self.loader: DataLoader[Any]
         self._sharding: Sharding
-        iterable = isinstance(seeded.dataset, IterableDataset)
-        if not config.even_batches and layout[0] > 1 and (iterable or dispatches(config, loader, place)):
-            warn_once("even_batches=False does not apply to an IterableDataset's loader or to dispatched batches: "
-                      "as under Accelerate, the last global batch is completed from the first one, and "
-                      "gather_for_metrics drops the repeated samples.", UserWarning)
-        if dispatches(config, loader, place):
+        dispatched = dispatches(config, loader, place)
+        check_even_batches_apply(config, layout[0], dispatched or isinstance(seeded.dataset, IterableDataset))
+        if dispatched:
             self.loader, self._sharding = dispatch_loader(seeded, state, config.split_batches, slice_fn)
-        elif iterable:
+        elif isinstance(seeded.dataset, IterableDataset):
             self.loader, self._sharding = shard_iterable_loader(seeded, state, config, layout)
         else:
             self.loader, self._sharding = shard_loader(seeded, state, config, layout)

@@ -31,6 +31,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from accel._warnings import warn_once
 from accel.data.configuration import DataLoaderConfiguration
 
 _LOADER_OPTIONS = (
@@ -54,6 +55,15 @@ def check_dataloader_config(config: DataLoaderConfiguration) -> None:
             f"DataLoaderConfiguration(data_seed={config.data_seed!r}) has no effect with use_seedable_sampler=False "
             "(only the seedable sampler uses it). Set use_seedable_sampler=True, or leave data_seed=None."
         )
+
+
+def check_even_batches_apply(config: DataLoaderConfiguration, processes: int, padded_anyway: bool) -> None:
+    """Warn (not ignore silently) that even_batches=False does not apply to an IterableDataset's loader or to
+    dispatched batches: as under Accelerate, their last global batch is completed from the first one."""
+    if not config.even_batches and processes > 1 and padded_anyway:
+        warn_once("even_batches=False does not apply to an IterableDataset's loader or to dispatched batches: as "
+                  "under Accelerate, the last global batch is completed from the first one, and gather_for_metrics "
+                  "drops the repeated samples.", UserWarning)
 
 
 def dispatches(config: DataLoaderConfiguration, loader: DataLoader[Any], place: bool) -> bool:
