@@ -104,6 +104,9 @@ def main() -> None:
     for name, (make, loader_options, config) in SCENARIOS.items():
         report(name, {"accel": run(accel, make, loader_options, config),
                       "accelerate": run(accelerate, make, loader_options, config)})
+    if torch.distributed.is_initialized():  # leave the group together (a gloo rank exiting early can abort the other)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,11 @@ def main() -> None:
         lrs.append(scheduler.get_last_lr()[0])
     report("lrs", lrs)
     report("num_processes", accelerator.num_processes)
+    # Leave the process group together: a gloo rank exiting while the other still talks to it can abort
+    # (SIGABRT at exit, seen under Accelerate on a loaded machine).
+    accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
