@@ -74,7 +74,6 @@ BNB_PREFIX = "bnb_"
 FSDP_SECTION = "fsdp_config"
 """The YAML mapping that holds FSDP's options, under Accelerate's keys (fsdp_auto_wrap_policy, ...)."""
 
-# ------------------------------------------------------------------ the setting
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One setting: its name (YAML key and flag/env stem), kind, default and keyword.
@@ -178,7 +177,6 @@ def _check_recipe_field(field: str, value: Any, source: str) -> Any:
     return getattr(recipe, field)
 
 
-# ------------------------------------------------------------------ the settings
 MIXED_PRECISION = Setting(
     "mixed_precision", PrecisionKind(), "no", keyword="mixed_precision",
     help="precision to train in: " + ", ".join(CANONICAL_PRECISIONS) + " (or an alias such as bf16-mixed)",
