@@ -10,6 +10,7 @@ several CPU processes only when told to use the CPU.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -55,3 +56,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    if sys.argv[1] == "accelerate":
+        # Accelerate's processes sometimes abort while the interpreter shuts down ("terminate called without an
+        # active exception", SIGABRT, seen twice in full-suite runs) after everything is reported: the reference
+        # run ends here, without that teardown. accel's run exits normally, so a crash of its own still fails.
+        os._exit(0)
