@@ -149,6 +149,8 @@ def finish(process: subprocess.Popen[str], record: Path, started: float, framewo
         output, _ = process.communicate()
         output += f"\n[harness] killed after {timeout:.0f} s"
     seconds = time.monotonic() - started
+    for path in sorted(record.glob("output_rank*.txt")):  # the other ranks' output (see the recorder)
+        output += f"\n[harness] {path.stem.removeprefix('output_')}'s output:\n{path.read_text()}"
     events: dict[int, list[tuple[str, Any]]] = {}
     for path in record.glob("rank*.jsonl"):
         rank = int(path.stem.removeprefix("rank"))

@@ -14,6 +14,11 @@ names a folder; then each process appends JSON lines to `<folder>/rank<RANK>.jso
 
 At exit it saves the parameters of the last optimizer that stepped to `<folder>/rank<RANK>.pt`,
 for comparisons within a tolerance. The recorder consumes no random numbers and changes no value.
+
+Processes other than rank 0 write their output to `<folder>/output_rank<RANK>.txt` instead of the
+run's shared pipe: with two processes writing unbuffered to one pipe, a line such as
+`print("epoch 0:", metrics)` (several writes) could be cut by the other rank's output and no
+longer read as printed (it happened once in CI); the harness appends these files after rank 0's.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ if os.environ.get("REAL_SCRIPTS_RECORD"):
 
     _FOLDER = os.environ["REAL_SCRIPTS_RECORD"]
     _RANK = os.environ.get("RANK", "0")
+    if "RANK" in os.environ and _RANK != "0":
+        _log = os.open(os.path.join(_FOLDER, f"output_rank{_RANK}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.dup2(_log, 1)
+        os.dup2(_log, 2)
+        os.close(_log)
     _last: list[weakref.ref[torch.optim.Optimizer]] = []
     _lrs: dict[int, list[float]] = {}
 
