@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--report_dir",
         default="runs/train_gpt",
-        help="where the loss curve (loss.png, with matplotlib) and its numbers (loss.csv) go; '' for none",
+        help="where the loss curve (loss.png, needs matplotlib: the examples extra) and its numbers (loss.csv) go; '' for none",
     )
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "eval_batches", "log_interval"):
@@ -155,6 +155,8 @@ def write_report(run: Summary, folder: Path, what: str) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        print(f"{folder / 'loss.png'} not written: matplotlib is not installed "
+              "(pip install matplotlib, or install accel with its examples extra: pip install -e \".[examples]\")")
         return [table]
     figure, axes = plt.subplots(figsize=(7, 4))
     for split in ("train", "val"):

@@ -60,3 +60,28 @@ def test_the_first_line_says_what_runs_and_the_curve_is_written_from_any_folder(
     ]
     png = (tmp_path / "report" / "loss.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_the_readme_command_installs_what_the_loss_plot_needs() -> None:
+    """The README's first command installs matplotlib (through an extra), so it writes loss.png as the README says."""
+    import configparser
+    import shlex
+
+    readme = (SCRIPT.parents[1] / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.endswith("python examples/train_gpt.py"))
+    target = next(word for word in shlex.split(command) if word.startswith(".["))
+    extras = target.removeprefix(".[").removesuffix("]").split(",")
+    setup = configparser.ConfigParser()
+    setup.read(SCRIPT.parents[1] / "setup.cfg")
+    required = "\n".join(setup["options.extras_require"][extra] for extra in extras)
+    assert "matplotlib" in required and "loss.png" in readme
+
+
+def test_without_matplotlib_the_example_says_the_plot_is_not_written(tmp_path: Path) -> None:
+    hide = ("import runpy, sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = [{str(SCRIPT)!r}, '--steps', '2', '--batch_size', '2', '--eval_interval', '0', "
+            "'--report_dir', 'report']; runpy.run_path(sys.argv[0], run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "loss.png not written: matplotlib is not installed" in result.stdout
+    assert (tmp_path / "report" / "loss.csv").exists() and not (tmp_path / "report" / "loss.png").exists()
