@@ -6,6 +6,7 @@ Accelerate's names and meanings; the trackers themselves live in accel.tracking.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ class TrackingMixin:
         folder raise here, on every process, before any training."""
         self.log_with: list[Selected] = filter_trackers(log_with, self.logging_dir)
         self._trackers: list[GeneralTracker] = []
+        self._told_log_goes_nowhere = False
 
     @property
     def logging_dir(self) -> str | None:
@@ -70,8 +72,23 @@ class TrackingMixin:
         self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None
     ) -> None:
         """Log `values` to every tracker at `step` (main process only). `log_kwargs` maps a tracker
-        name to extra keyword arguments for its `log`. Does nothing without `log_with`."""
-        if not self.is_main_process or not self.log_with:
+        name to extra keyword arguments for its `log`.
+
+        Without `log_with` the values go nowhere (as in Accelerate), and the first call warns once.
+
+        >>> accelerator = Accelerator(log_with="tensorboard", project_dir="runs")  # doctest: +SKIP
+        >>> accelerator.init_trackers("demo")  # doctest: +SKIP
+        >>> accelerator.log({"loss": 0.25}, step=10)  # doctest: +SKIP
+        """
+        if not self.is_main_process:
+            return
+        if not self.log_with:
+            if not self._told_log_goes_nowhere:
+                self._told_log_goes_nowhere = True
+                warnings.warn(
+                    f"accelerator.log({sorted(values) if isinstance(values, dict) else values!r}) logs nowhere: no "
+                    "tracker was asked for. Pass Accelerator(log_with='tensorboard' (or 'wandb', 'mlflow', 'all', ...), "
+                    "project_dir=...) and call init_trackers(); this is said once.", UserWarning, stacklevel=2)
             return
         if not self._trackers:
             raise RuntimeError(

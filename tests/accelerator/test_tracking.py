@@ -172,3 +172,14 @@ def _has(module: str) -> bool:
     from accel.tracking.requirements import installed
 
     return installed(module)
+
+
+def test_log_without_a_tracker_warns_once_that_the_values_go_nowhere() -> None:
+    import warnings
+
+    accelerator = Accelerator()
+    with pytest.warns(UserWarning, match=r"accelerator.log\(\['loss'\]\) logs nowhere: no tracker was asked for"):
+        accelerator.log({"loss": 1.0}, step=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        accelerator.log({"loss": 0.5}, step=1)  # said once
