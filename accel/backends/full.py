@@ -13,6 +13,10 @@ class FullPrecision(PrecisionBackend):
 
     name = "no"
 
+    def describe(self) -> str:
+        """'fp32 (no mixed precision)': Accelerate's name "no" alone reads as "not running" in a log line."""
+        return "fp32 (no mixed precision)"
+
 
 class DoublePrecision(TruePrecision):
     """64-true: fp64 weights, inputs and compute (for numerics checks)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel import FP8RecipeKwargs, GradScalerKwargs
+from accel import Accelerator, FP8RecipeKwargs, GradScalerKwargs
 from accel.backends.names import CANONICAL_PRECISIONS
 from accel.backends.registry import BACKENDS, create_backend
 from accel.kwargs_handlers import collect_handlers
@@ -49,3 +49,10 @@ def test_grad_scaler_kwargs_with_a_precision_without_scaler_raises(name: str) ->
 def test_fp8_recipe_with_another_precision_raises() -> None:
     with pytest.raises(ValueError, match="FP8RecipeKwargs, which only mixed_precision='fp8'"):
         create_backend("bf16", CPU, collect_handlers([FP8RecipeKwargs()], None))
+
+
+def test_fp32_describes_itself_as_fp32_not_as_no() -> None:
+    """A log line or plot title 'running: no' reads as "not running"; the name stays Accelerate's "no"."""
+    accelerator = Accelerator()
+    assert accelerator.mixed_precision == "no"
+    assert accelerator.precision.describe() == "fp32 (no mixed precision)"
