@@ -33,6 +33,7 @@ from accel.backends.fp8.ao_fsdp import (
     high_precision_all_gather_mode,
     precompute_scales,
 )
+from accel.backends.fp8.ao_import import import_torchao
 from accel.backends.fp8.ao_recipe import (
     AO_RECIPES,
     FSDP_FP8_ALL_GATHER,
@@ -145,6 +146,7 @@ class TorchAOFP8(FP8Backend):
         super()._check_recipe()
 
     def convert_module(self, module: nn.Module) -> nn.Module:
+        import_torchao()
         from torchao.float8 import convert_to_float8_training
 
         module = self.convert_base(module)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from accel.backends.fp8.ao_import import import_torchao
 from accel.kwargs_handlers import FP8RecipeKwargs
 
 AO_RECIPES: dict[str, str] = {
@@ -37,6 +38,7 @@ def float8_config(recipe: FP8RecipeKwargs, scaling: str, fsdp_float8_all_gather:
     `fsdp_float8_all_gather` (a scaling in FSDP_FP8_ALL_GATHER): FSDP2 casts each weight shard to
     FP8 before its all-gather, so that the weights travel in 8 bits (torchtitan's setting).
     """
+    import_torchao()
     from torchao.float8 import CastConfig, Float8LinearConfig
 
     config = dataclasses.replace(
@@ -59,6 +61,7 @@ def high_precision_config() -> Any:
     torchao's documented ScalingType.DISABLED leaves a tensor in its original precision; the
     eval-mode switch of the ao backend installs this config while the model is not training.
     """
+    import_torchao()
     from torchao.float8 import CastConfig, Float8LinearConfig, ScalingType
 
     def off() -> Any:
