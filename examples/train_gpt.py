@@ -239,6 +239,44 @@ class Progress:
             self._width = 0
 
 
+class ContentionCheck:
+    """Says once when this process gets far less CPU time than its threads could use.
+
+    On a machine where other programs run, torch's threads wait on each other: two threads can be
+    several times slower than one. Over the first `window` updates it compares the process's CPU
+    time with the wall time times the thread count; below `threshold` it prints what to try.
+    """
+
+    def __init__(self, threads: int, window: int = 5, threshold: float = 0.6) -> None:
+        self.threads, self.window, self.threshold = threads, window, threshold
+        self.start = (time.process_time(), time.perf_counter())
+        self.done = False
+
+    def after_update(self, updates: int) -> str | None:
+        """The hint, once, after the `window`-th update when the CPU share is low; else None."""
+        if self.done or updates < self.window:
+            return None
+        self.done = True
+        cpu = time.process_time() - self.start[0]
+        wall = time.perf_counter() - self.start[1]
+        return contention_hint(cpu, wall, self.threads, self.threshold)
+
+
+def contention_hint(cpu_seconds: float, wall_seconds: float, threads: int, threshold: float = 0.6) -> str | None:
+    """What to try when `cpu_seconds` is below `threshold` of what `threads` threads could use in `wall_seconds`.
+
+    >>> contention_hint(2.0, 4.0, 2) is not None  # 25% of two threads' time: something else runs here
+    True
+    """
+    share = cpu_seconds / max(wall_seconds * threads, 1e-9)
+    if share >= threshold:
+        return None
+    advice = ("OMP_NUM_THREADS=1 (one thread per process) is often several times faster on a busy machine"
+              if threads > 1 else "fewer processes, or a quieter machine, will be faster")
+    return (f"note: this process got {share:.0%} of the CPU time its {threads} thread(s) could use so far: other "
+            f"programs are running on this machine and the steps are slower than it can do; {advice}.")
+
+
 @dataclass
 class Summary:
     """What a run achieved: updates, training time, and the losses at both ends."""
@@ -276,6 +314,7 @@ def train(
     progress.message(f"step {0:>{width}} | val loss {summary.first_val:.4f}")
 
     window_loss, window_batches = 0.0, 0
+    contention = ContentionCheck(torch.get_num_threads())
     tick = time.perf_counter()
     model.train()
     while summary.steps < args.steps:
@@ -307,6 +346,9 @@ def train(
                 f"loss {summary.last_train:.4f} | {summary.steps / summary.seconds:.2f} steps/s"
                 f" | {accelerator.mixed_precision}",
             )
+            hint = contention.after_update(summary.steps)
+            if hint is not None:
+                progress.message(hint)
             done = summary.steps == args.steps
             if done or (args.eval_interval and summary.steps % args.eval_interval == 0):
                 summary.last_val = evaluate(model, val_loader, accelerator.device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -85,3 +86,23 @@ def test_without_matplotlib_the_example_says_the_plot_is_not_written(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "loss.png not written: matplotlib is not installed" in result.stdout
     assert (tmp_path / "report" / "loss.csv").exists() and not (tmp_path / "report" / "loss.png").exists()
+
+
+def test_a_busy_machine_gets_one_hint_with_what_to_try(tmp_path: Path) -> None:
+    """Two torch threads pinned to one core get at most half the CPU time they could use: the example says so, once."""
+    command = ["taskset", "-c", "0", sys.executable, str(SCRIPT), "--steps", "8", "--batch_size", "4",
+               "--eval_interval", "0", "--report_dir", ""]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                            env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr
+    hints = [line for line in result.stdout.splitlines() if "of the CPU time its 2 thread(s) could use" in line]
+    assert len(hints) == 1 and "OMP_NUM_THREADS=1" in hints[0], result.stdout
+
+
+def test_the_contention_hint_needs_a_low_share() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from train_gpt import contention_hint
+
+    assert contention_hint(cpu_seconds=3.9, wall_seconds=2.0, threads=2) is None
+    assert "25% of the CPU time its 2 thread(s)" in (contention_hint(cpu_seconds=1.0, wall_seconds=2.0, threads=2) or "")
+    assert "fewer processes" in (contention_hint(cpu_seconds=0.2, wall_seconds=1.0, threads=1) or "")
