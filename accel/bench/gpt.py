@@ -159,6 +159,10 @@ class GPT(nn.Module):
     that precision backends may convert like any other.
     """
 
+    _no_split_modules = ["Block"]
+    """The repeated block, named as transformers models name theirs: FSDP's transformer_based_wrap
+    shards one unit per Block without the class being named in the config."""
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config

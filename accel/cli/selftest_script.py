@@ -1,5 +1,10 @@
 """The training check `accel test` launches: a tiny regression model, about 50 steps.
 
+The model has the structure a config can name: repeated residual blocks whose class is `Block`
+(listed in the model's `_no_split_modules`, as transformers models list theirs), or, when the
+config wraps transformer blocks by class name (fsdp_transformer_layer_cls_to_wrap), classes of
+exactly those names, so that every FSDP wrap policy the wizard offers has units to shard.
+
 Prints one line per check (it trains; the loss decreases; the precision asked is the one that
 runs) and a final verdict; exits 1 when a check fails. Fast on a CPU in every precision.
 """
@@ -12,6 +17,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from accel import Accelerator
 
 STEPS = 50
@@ -28,7 +35,7 @@ def train(steps: int) -> tuple[Accelerator, list[float], float]:
     inputs = torch.randn(512, 16)
     targets = inputs @ torch.randn(16, 1)
     accelerator = Accelerator()
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = build_model(block_class_names())
     # eps=1e-8 (the default) rounds to 0 in fp16, and a unit whose gradient is 0 would get 0/0 under 16-true.
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-6)
     loader = DataLoader(TensorDataset(inputs, targets), batch_size=64, shuffle=True)
@@ -45,6 +52,44 @@ def train(steps: int) -> tuple[Accelerator, list[float], float]:
             if len(losses) == steps:
                 break
     return accelerator, losses, time.perf_counter() - start
+
+
+def block_class_names() -> list[str]:
+    """The block classes the config wraps by name, else ["Block"]."""
+    from accel.settings import FSDP_SETTINGS_BY_KEY
+
+    names = FSDP_SETTINGS_BY_KEY["fsdp_transformer_layer_cls_to_wrap"].from_env()
+    return list(names) if names else ["Block"]
+
+
+def build_model(block_names: list[str]) -> torch.nn.Module:
+    """16 inputs -> 32 features -> two residual MLP blocks per name (classes of that name) -> 1 output."""
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.act, self.proj = nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.proj(self.act(self.fc(x)))
+
+    class SelfTestModel(nn.Module):
+        _no_split_modules = block_names
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Linear(16, 32)
+            self.blocks = nn.ModuleList(type(name, (Block,), {})() for name in block_names for _ in range(2))
+            self.head = nn.Linear(32, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.embed(x)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    return SelfTestModel()
 
 
 def report(check: str, passed: bool, detail: str) -> bool:
@@ -70,9 +115,26 @@ def main() -> int:
     passed = report("it trains", finite, f"{len(losses)} steps in {seconds:.1f} s on {accelerator.device}")
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     passed &= report("loss decreases", last < 0.5 * first, f"{first:.4f} -> {last:.4f} (mean of the first and last 5)")
+    if accelerator.is_fsdp2:
+        passed &= report_units(model_of(accelerator))
     runs = accelerator.mixed_precision
     passed &= report("precision", runs == asked, f"asked {asked!r}, runs {runs!r}")
     return verdict(passed)
+
+
+def model_of(accelerator: Accelerator) -> torch.nn.Module:
+    """The one model the check prepared."""
+    return accelerator._models[0]
+
+
+def report_units(model: torch.nn.Module) -> bool:
+    """Under FSDP2: the sharded units (a wrap policy that matched nothing leaves only the root)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [type(module).__name__.removeprefix("FSDP") for module in model.modules() if isinstance(module, FSDPModule)]
+    blocks = len(units) - 1
+    detail = f"FSDP2, {len(units)} unit(s): the root and {blocks} block(s) ({', '.join(sorted(set(units[1:]))) or '-'})"
+    return report("sharding", len(units) >= 1, detail)
 
 
 def verdict(passed: bool) -> int:
