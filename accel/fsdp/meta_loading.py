@@ -17,6 +17,7 @@ give the other processes placeholders), and tied weights are tied as on process 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -89,16 +90,20 @@ def before_sharding(model: nn.Module, mode: str, state: ProcessState) -> Pending
     return PendingWeights(mode, full_state, buffers, tied)
 
 
-def after_sharding(model: nn.Module, pending: PendingWeights, state: ProcessState) -> None:
-    """Give the sharded meta parameters memory: process 0's weights (mode 'rank0') or `reset_parameters`."""
+def after_sharding(model: nn.Module, pending: PendingWeights, state: ProcessState, offload: bool = False) -> None:
+    """Give the sharded meta parameters memory: process 0's weights (mode 'rank0') or `reset_parameters`.
+    `offload`: the shards belong in CPU memory (FSDP2's CPUOffloadPolicy), wherever the broadcast ran."""
     _restore_buffers(model, pending.buffers, state)
     if pending.mode == "empty":
-        materialize(model, state.device)
+        materialize(model, torch.device("cpu") if offload else state.device)
         return
     # torch's parameter is a dict (invariant) of its ValueType union, of which a tensor is one
     weights = cast("dict[str, ValueType]", pending.full_state)
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=True)
-    set_model_state_dict(model, weights, options=options)  # assigns each name its own tensor: unties
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=True, cpu_offload=offload)
+    with warnings.catch_warnings():  # torch's own use of its deprecated device look-up, nothing the user can act on
+        warnings.filterwarnings("ignore", message=".*_get_pg_default_device.*will be deprecated", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Multiple backends are registered", category=UserWarning)
+        set_model_state_dict(model, weights, options=options)  # assigns each name its own tensor: unties
     pending.full_state.clear()
     _tie(model, pending.tied)
     leftover = [name for name, p in model.named_parameters() if p.is_meta]

@@ -93,7 +93,7 @@ class FSDPStrategy(ParallelStrategy):
         pending = meta_loading.before_sharding(model, mode, self.process_state) if mode else None
         model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state)
         if pending is not None:
-            meta_loading.after_sharding(model, pending, self.process_state)
+            meta_loading.after_sharding(model, pending, self.process_state, self.plugin.offload_policy is not None)
         self.names.update(names)
         for wrapped in optimizers:
             retarget_optimizer(wrapped.optimizer, names, model)

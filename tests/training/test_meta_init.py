@@ -72,3 +72,27 @@ def test_transformers_flags_are_set_only_inside_the_block_of_a_receiving_process
     with build_on_meta(True):
         assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == os.environ["ACCELERATE_USE_FSDP"] == "true"
     assert "FSDP_CPU_RAM_EFFICIENT_LOADING" not in os.environ and "ACCELERATE_USE_FSDP" not in os.environ
+
+
+@pytest.mark.parametrize(("states", "rank0_loading", "expected"), [
+    (["meta", "real"], True, "process 0's model is on the meta device"),
+    (["real", "meta"], False, "on process\\(es\\) \\[1\\] only"),
+])
+def test_a_meta_model_that_nothing_would_fill_is_refused(monkeypatch, states, rank0_loading, expected) -> None:
+    """What each process holds is gathered (a collective); here the gathered answers stand in for two processes."""
+    from accel.fsdp import meta_loading
+
+    monkeypatch.setattr(meta_loading.operations, "gather_objects", lambda value, state: states)
+    with pytest.raises(ValueError, match=expected):
+        loading_mode(nn.Linear(2, 2), rank0_loading, Accelerator(cpu=True).process_state)
+
+
+@pytest.mark.parametrize(("states", "rank0_loading", "expected"), [
+    (["real", "meta"], True, "rank0"), (["real", "real"], True, "rank0"), (["meta", "meta"], False, "empty"),
+    (["meta", "meta"], True, "empty"), (["real", "real"], False, None),
+])
+def test_loading_modes(monkeypatch, states, rank0_loading, expected) -> None:
+    from accel.fsdp import meta_loading
+
+    monkeypatch.setattr(meta_loading.operations, "gather_objects", lambda value, state: states)
+    assert loading_mode(nn.Linear(2, 2), rank0_loading, Accelerator(cpu=True).process_state) == expected
