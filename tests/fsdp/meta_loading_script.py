@@ -58,6 +58,9 @@ else:
     report("tiny_shards", local_shards(model))
     train(model, "tiny")
 
+    whole = accelerator.prepare(make_model(seed=rank))  # as an Accelerate script (built in full everywhere); process 1 differs
+    report("whole_shards", local_shards(whole))
+
     with accelerator.init_module(empty_init=True):
         empty = make_model()
     report("empty_meta_before", all(p.is_meta for p in empty.parameters()))

@@ -53,6 +53,12 @@ def test_every_shard_after_prepare_equals_the_normally_loaded_models(rank0: Laun
     assert first != second  # each process holds its own half
 
 
+def test_a_model_every_process_built_in_full_gets_process_0s_weights_as_in_accelerate(
+    rank0: Launched, normal: Launched
+) -> None:
+    assert rank0.of("whole_shards") == normal.of("tiny_shards")
+
+
 def test_training_after_rank0_loading_equals_the_normal_run_exactly(rank0: Launched, normal: Launched) -> None:
     assert rank0.of("tiny_losses") == normal.of("tiny_losses")
     assert rank0.of("tiny_trained_shards") == normal.of("tiny_trained_shards")
