@@ -96,3 +96,20 @@ def test_loading_modes(monkeypatch, states, rank0_loading, expected) -> None:
 
     monkeypatch.setattr(meta_loading.operations, "gather_objects", lambda value, state: states)
     assert loading_mode(nn.Linear(2, 2), rank0_loading, Accelerator(cpu=True).process_state) == expected
+
+
+def test_init_empty_weights_keeps_the_attributes_libraries_set_on_a_parameter() -> None:
+    """transformers marks parameters (`_is_hf_initialized`) before registering them; a plain Parameter's
+    constructor takes no such keyword, so the attributes are carried over after the move."""
+    from accel import init_empty_weights
+
+    class Marked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            weight = nn.Parameter(torch.ones(2), requires_grad=False)
+            weight._is_hf_initialized = True
+            self.weight = weight
+
+    with init_empty_weights():
+        module = Marked()
+    assert module.weight.is_meta and module.weight._is_hf_initialized and not module.weight.requires_grad
