@@ -40,18 +40,28 @@ def init_on_device(device: torch.device | str, include_buffers: bool = False) ->
 
     def register_on_device(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         register(module, name, param)
-        if param is not None:
-            moved = module._parameters[name]
-            assert moved is not None
-            extra: dict[str, Any] = dict(moved.__dict__)
-            extra["requires_grad"] = moved.requires_grad
-            module._parameters[name] = type(moved)(moved.to(device), **extra)
+        if param is not None and param.device != device:  # one already there (a tied weight) stays shared
+            module._parameters[name] = _moved_parameter(module._parameters[name], device)
 
     nn.Module.register_parameter = register_on_device  # type: ignore[method-assign,assignment]  # patched for the block
     try:
         yield
     finally:
         nn.Module.register_parameter = register  # type: ignore[method-assign]  # restored
+
+
+def _moved_parameter(param: nn.Parameter | None, device: torch.device) -> nn.Parameter:
+    """`param` on `device`, of its own class, with its Python attributes. A plain Parameter takes
+    no keyword but requires_grad, so the attributes libraries set on it (transformers'
+    `_is_hf_initialized`, ...) are copied over afterwards rather than passed to the constructor."""
+    assert param is not None
+    extra: dict[str, Any] = dict(param.__dict__)
+    if type(param) is nn.Parameter:
+        moved = nn.Parameter(param.to(device), requires_grad=param.requires_grad)
+        moved.__dict__.update(extra)
+        return moved
+    extra["requires_grad"] = param.requires_grad
+    return type(param)(param.to(device), **extra)
 
 
 def init_empty_weights(include_buffers: bool = False) -> contextlib.AbstractContextManager[None]:

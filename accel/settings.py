@@ -301,7 +301,7 @@ _FSDP_HELP = {
     "fsdp_offload_params": "keep sharded parameters, gradients and optimizer state in CPU memory",
     "fsdp_state_dict_type": "how save_state writes the model: " + ", ".join(STATE_DICT_TYPES),
     "fsdp_activation_checkpointing": "recompute each unit's activations in backward instead of keeping them",
-    "fsdp_cpu_ram_efficient_loading": "load the weights on process 0 only (not implemented: true is refused)",
+    "fsdp_cpu_ram_efficient_loading": "only process 0 reads the full weights; prepare sends them into the shards",
 }
 _FSDP_KINDS: dict[str, tuple[Kind, Any]] = {
     "fsdp_version": (FsdpVersionKind(), 2),

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from accel import checkpointing
-from accel._validation import check_bool
+from accel._validation import check_bool, check_optional_bool
 from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
@@ -43,7 +43,7 @@ from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, SCHEDULER_PER_OPTIMIZER_STEP, USE_CPU
 from accel.tracking.selection import LogWith
-from accel.training import compiling
+from accel.training import compiling, meta_init
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.gradient_state import GradientState
 from accel.training.out_of_memory import release_memory
@@ -277,9 +277,21 @@ class Accelerator(
         """The same as `free_memory` (Accelerate's alias)."""
         return self.free_memory(*objects)
 
-    def init_module(self) -> AbstractContextManager[Any]:
-        """A context in which a model is built on the device and directly in the precision's dtype."""
+    def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
+        """A context in which a model is built on the device and directly in the precision's dtype.
+
+        `empty_init=True` builds the parameters on the meta device (no memory, no initialisation):
+        prepare gives them memory, sharded under FSDP2, and `reset_parameters()`; load real weights
+        afterwards with `load_state`. None (default): on the meta device on every process but 0 under
+        FSDP2's cpu_ram_efficient_loading (process 0's weights fill the shards at prepare), else real.
+
+        Example: `with accelerator.init_module(empty_init=True): model = MyModel()`.
+        """
+        check_optional_bool("init_module(empty_init)", empty_init)
         stack = contextlib.ExitStack()
+        receives = self.strategy.builds_on_meta()
+        if empty_init or (empty_init is None and receives):
+            stack.enter_context(meta_init.build_on_meta(receives_weights=receives))
         if self.device_placement and self.device.type != "cpu":
             stack.enter_context(self.device)
         stack.enter_context(self.precision.init_context())

@@ -23,7 +23,7 @@ from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer
-from accel.training import compiling
+from accel.training import compiling, meta_init
 from accel.training import model as model_utils
 from accel.training.gradient_state import GradientState
 from accel.training.optimizer import AcceleratedOptimizer
@@ -103,10 +103,15 @@ class PrepareMixin:
         place = self._placement(device_placement)
         names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
         state = self.process_state
+        # a model built on the meta device: sharded first under FSDP2 (each process allocates its shards), else given memory here
+        deferred = not evaluation_mode and self.strategy.defers_materialization(model)
+        if not deferred and meta_init.meta_state(model) != "real":
+            meta_init.materialize(model, state.device)
         if not evaluation_mode:  # its trainable weights become the precision's masters (float32 for mixed)
             self.precision.check_masters([model], [o.optimizer for o in self.prepared.optimizers])
         model = model_utils.prepare_model(
-            model, self.precision, state.device, place, state, self.quantizer, keep_masters=not evaluation_mode
+            model, self.precision, state.device, place and not deferred, None if deferred else state, self.quantizer,
+            keep_masters=not evaluation_mode,
         )
         if not evaluation_mode:
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)

@@ -82,7 +82,10 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     activation_checkpointing: bool = False
     """Recompute each wrapped unit's activations in backward instead of keeping them."""
     cpu_ram_efficient_loading: bool = False
-    """Accelerate's loading of the weights on process 0 only; not implemented yet (True is refused)."""
+    """Only process 0 needs the real weights: prepare shards the model on the meta device and sends
+    process 0's weights into every process's shards, and `accelerator.init_module()` builds the model
+    on the meta device on the other processes (no memory). Peak CPU memory: one full model on process 0,
+    shards elsewhere (docs/fsdp.md)."""
     mixed_precision_policy: MixedPrecisionPolicy | Mapping[str, Any] | None = None
     """None: derived from the Accelerator's mixed_precision (bf16 -> bf16 parameters, fp32 gradient
     reduction). A MixedPrecisionPolicy, or a dict of its fields (dtypes as torch.dtype or names)."""
@@ -107,7 +110,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
             check_bool("FullyShardedDataParallelPlugin.cpu_offload", self.cpu_offload)
         self._set("state_dict_type", _state_dict_type(self.state_dict_type))
         check_bool("FullyShardedDataParallelPlugin.activation_checkpointing", self.activation_checkpointing)
-        _check_cpu_ram_efficient_loading(self.cpu_ram_efficient_loading)
+        check_bool("FullyShardedDataParallelPlugin.cpu_ram_efficient_loading", self.cpu_ram_efficient_loading)
         self._set("mixed_precision_policy", _mixed_precision_policy(self.mixed_precision_policy))
 
     def _set(self, name: str, value: Any) -> None:
@@ -207,16 +210,6 @@ def _check_policy_options(plugin: FullyShardedDataParallelPlugin) -> None:
 
 def _state_dict_type(value: Any) -> str:
     return check_choice("FullyShardedDataParallelPlugin.state_dict_type", value, STATE_DICT_TYPES)
-
-
-def _check_cpu_ram_efficient_loading(value: Any) -> None:
-    if check_bool("FullyShardedDataParallelPlugin.cpu_ram_efficient_loading", value):
-        raise ValueError(
-            "FullyShardedDataParallelPlugin(cpu_ram_efficient_loading=True) is not implemented in accel yet: every "
-            "process builds the full model and prepare() sends process 0's weights to the others before sharding, so "
-            "each process needs the full model in CPU memory once. Leave it False; to build a model too large for "
-            "that, build it with accelerator.init_module() in a 16-bit precision."
-        )
 
 
 def _mixed_precision_policy(policy: Any) -> MixedPrecisionPolicy | None:

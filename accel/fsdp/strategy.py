@@ -19,6 +19,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from accel.backends.base import PrecisionBackend
 from accel.distributed.process_state import ProcessState
+from accel.fsdp import meta_loading
 from accel.fsdp.optimizer import parameter_names, retarget_optimizer
 from accel.fsdp.plugin import FullyShardedDataParallelPlugin
 from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, is_sharded, no_sync
@@ -46,6 +47,8 @@ class FSDPStrategy(ParallelStrategy):
         self.plugin = plugin
         self.names: dict[int, str] = {}
         """id(parameter) -> name of every parameter sharded so far, before and after conversion."""
+        self.loading: str | None = None
+        """How the model being prepared gets its weights after sharding (meta_loading.loading_mode), or None."""
 
     @property
     def sharded_checkpoints(self) -> bool:
@@ -66,12 +69,31 @@ class FSDPStrategy(ParallelStrategy):
         the originals; `wrap_model` points it at the sharded parameters of the same names."""
         return parameter_names(unwrap_model(model))
 
+    def builds_on_meta(self) -> bool:
+        """Under cpu_ram_efficient_loading with several processes, every process but 0 builds on the meta device."""
+        state = self.process_state
+        return self.plugin.cpu_ram_efficient_loading and state.distributed and state.process_index != 0
+
+    def defers_materialization(self, model: nn.Module) -> bool:
+        """With several processes, True when process 0's weights are sent into the shards
+        (cpu_ram_efficient_loading) or the model is on the meta device on every process (empty_init).
+        Every process must call it (it compares the processes' models)."""
+        if not self.process_state.distributed:
+            return False
+        self.loading = meta_loading.loading_mode(model, self.plugin.cpu_ram_efficient_loading, self.process_state)
+        return self.loading is not None
+
     def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
         """`model` sharded with the plugin; `optimizers` prepared earlier follow its new parameters
-        (found by `names`, taken before conversion, and by the names of the converted model)."""
+        (found by `names`, taken before conversion, and by the names of the converted model). A model
+        whose weights come later (`defers_materialization`) is sharded on the meta device, then filled."""
         names = {**names, **parameter_names(model)}
         precision = self.precision.fsdp_precision
+        mode, self.loading = self.loading, None
+        pending = meta_loading.before_sharding(model, mode, self.process_state) if mode else None
         model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state)
+        if pending is not None:
+            meta_loading.after_sharding(model, pending, self.process_state, self.plugin.offload_policy is not None)
         self.names.update(names)
         for wrapped in optimizers:
             retarget_optimizer(wrapped.optimizer, names, model)

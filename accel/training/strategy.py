@@ -65,6 +65,17 @@ class ParallelStrategy:
         replaces parameters needs them (to point optimizers built earlier at the new ones)."""
         return {}
 
+    def builds_on_meta(self) -> bool:
+        """True when `accelerator.init_module()` builds this process's model on the meta device because
+        another process's weights will fill it at prepare (FSDP2's cpu_ram_efficient_loading); False here."""
+        return False
+
+    def defers_materialization(self, model: nn.Module) -> bool:
+        """True when `wrap_model` gives `model` its weights itself (sharded from the meta device), so that
+        prepare must neither place it nor send process 0's weights first. False here: a model on the meta
+        device is given memory and `reset_parameters()` before prepare places it."""
+        return False
+
     def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
         """`model` ready to train over the processes (DDP when there are several; `names` and
         `optimizers` are unused here, as DDP keeps the parameters)."""

@@ -41,6 +41,7 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     wizard.answer("fsdp_reshard_after_forward", "n")
     wizard.answer("fsdp_offload_params", ENTER)
     wizard.answer("fsdp_activation_checkpointing", "y")
+    wizard.answer("fsdp_cpu_ram_efficient_loading", "y")
     wizard.answer("fsdp_state_dict_type", DOWN + ENTER)
     wizard.child.expect("bitsandbytes quantization: not asked, FSDP does not shard quantized layers")
     wizard.answer("Gradient accumulation", ENTER)
@@ -52,14 +53,15 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     assert written["fsdp_config"] == {
         "fsdp_version": 2, "fsdp_auto_wrap_policy": "transformer_based_wrap",
         "fsdp_transformer_layer_cls_to_wrap": ["Block"], "fsdp_reshard_after_forward": False,
-        "fsdp_offload_params": False, "fsdp_activation_checkpointing": True, "fsdp_state_dict_type": "FULL_STATE_DICT",
+        "fsdp_offload_params": False, "fsdp_activation_checkpointing": True, "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_state_dict_type": "FULL_STATE_DICT",
     }
     reports = launch(config, clean_env)
     assert [r["sharded"] for r in reports] == [True, True]
     assert reports[0]["plugin"] == reports[1]["plugin"] == {
         "fsdp_version": 2, "auto_wrap_policy": "transformer_based_wrap", "transformer_cls_names_to_wrap": ["Block"],
         "min_num_params": None, "reshard_after_forward": False, "cpu_offload": False,
-        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True, "cpu_ram_efficient_loading": False,
+        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True, "cpu_ram_efficient_loading": True,
     }
 
 

@@ -46,16 +46,17 @@ def scripted(monkeypatch: pytest.MonkeyPatch, module: Any, answers: dict[str, An
 def test_size_based_wrap_asks_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     scripted(monkeypatch, wizard_fsdp, {"with FSDP": True, "fsdp_auto_wrap_policy": "size_based_wrap",
                                         "fsdp_min_num_params": 5000, "fsdp_reshard": True, "fsdp_offload": True,
-                                        "fsdp_activation": False, "fsdp_state_dict_type": "SHARDED_STATE_DICT"})
+                                        "fsdp_activation": False, "fsdp_cpu_ram": False,
+                                        "fsdp_state_dict_type": "SHARDED_STATE_DICT"})
     assert wizard_fsdp.ask_fsdp({}, 4) == {
         "use_fsdp": True, "fsdp_version": 2, "fsdp_auto_wrap_policy": "size_based_wrap", "fsdp_min_num_params": 5000,
         "fsdp_reshard_after_forward": True, "fsdp_offload_params": True, "fsdp_activation_checkpointing": False,
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT"}
+        "fsdp_cpu_ram_efficient_loading": False, "fsdp_state_dict_type": "SHARDED_STATE_DICT"}
 
 
 def test_no_wrap_asks_no_activation_checkpointing(monkeypatch: pytest.MonkeyPatch) -> None:
     script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": True, "fsdp_auto_wrap_policy": "no_wrap",
-                                                 "fsdp_reshard": True, "fsdp_offload": False,
+                                                 "fsdp_reshard": True, "fsdp_offload": False, "fsdp_cpu_ram": True,
                                                  "fsdp_state_dict_type": "FULL_STATE_DICT"})
     answers = wizard_fsdp.ask_fsdp({}, 2)
     assert "fsdp_activation_checkpointing" not in answers and answers["fsdp_auto_wrap_policy"] == "no_wrap"

@@ -53,7 +53,7 @@ def test_a_misspelt_policy_or_field_names_the_closest_match() -> None:
         ({"transformer_cls_names_to_wrap": ["Block"]}, "read only with auto_wrap_policy='transformer_based_wrap'"),
         ({"min_num_params": 10, "auto_wrap_policy": "transformer_based_wrap"}, "read only with auto_wrap_policy='size"),
         ({"activation_checkpointing": True}, "there are no blocks"),
-        ({"cpu_ram_efficient_loading": True}, "not implemented in accel yet"),
+        ({"cpu_ram_efficient_loading": "yes"}, "cpu_ram_efficient_loading"),
         ({"auto_wrap_policy": "size_based_wrap", "min_num_params": 0}, "must be an int >= 1"),
     ],
 )

@@ -2,7 +2,6 @@
 
 Each answer is a setting of the schema (use_fsdp and the fsdp_config keys), so what is written
 is what `accel launch` passes on and what the script's Accelerator builds its plugin from.
-cpu_ram_efficient_loading is not asked: accel refuses it (not implemented), so it keeps its default.
 """
 
 from __future__ import annotations
@@ -76,4 +75,7 @@ def _ask_flags(policy: str, current: Mapping[str, Any]) -> Answers:
     if policy != "no_wrap":
         questions.append((_KEY["fsdp_activation_checkpointing"], "Recompute each unit's activations in backward "
                           "instead of keeping them (fsdp_activation_checkpointing)?"))
+    questions.append((_KEY["fsdp_cpu_ram_efficient_loading"], "Read the weights on process 0 only and send them into "
+                      "the other processes' shards (fsdp_cpu_ram_efficient_loading: one full copy in CPU memory "
+                      "instead of one per process)?"))
     return {setting.name: ask_yes_no(question, _current(current, setting)) for setting, question in questions}
