@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -66,6 +67,17 @@ class Accelerator(
     (Accelerate's `_models` and the like). What was prepared is `self.prepared`; how models are spread over the
     processes is `self.strategy` (accel.training.strategy), chosen here once.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Accelerator:
+        """Refuses positional arguments with what to write instead (Python's own message says only
+        "takes 1 positional argument"); the constructor's signature stays `__init__`'s."""
+        if args:
+            example = f"mixed_precision={args[0]!r}" if isinstance(args[0], str) else "mixed_precision='bf16'"
+            raise TypeError(
+                f"Accelerator() takes keyword arguments only, got {len(args)} positional: {', '.join(map(repr, args))}. "
+                f"Name each one, e.g. Accelerator({example})."
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -315,3 +327,8 @@ class Accelerator(
             f"gradient_accumulation_steps={self.gradient_accumulation_steps}, "
             f"process {self.process_index} of {self.num_processes})"
         )
+
+
+# What tools that read the constructor see (transformers inspects it): `__init__`'s keywords, not `__new__`'s *args.
+_init = inspect.signature(Accelerator.__init__)
+Accelerator.__signature__ = _init.replace(parameters=list(_init.parameters.values())[1:])  # type: ignore[attr-defined]

@@ -124,3 +124,11 @@ def test_bad_fp8_environment_value_names_the_variable(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ACCEL_FP8_AMAX_HISTORY_LEN", "zero")
     with pytest.raises(ValueError, match="ACCEL_FP8_AMAX_HISTORY_LEN='zero'"):
         Accelerator()
+
+
+def test_a_positional_argument_is_refused_with_the_keyword_to_write() -> None:
+    import inspect
+
+    with pytest.raises(TypeError, match=r"keyword arguments only, got 1 positional: 'bf16'.*Accelerator\(mixed_precision='bf16'\)"):
+        Accelerator("bf16")  # type: ignore[misc]
+    assert next(iter(inspect.signature(Accelerator).parameters)) == "mixed_precision"  # tools see the keywords
