@@ -46,13 +46,15 @@ def make_mlp(seed: int = 0) -> TinyNet:
     return TinyNet()
 
 
-def make_llama(seed: int = 0, heads: int = 4, kv_heads: int = 2) -> nn.Module:
-    """A 2-layer Llama of hidden size 32 built from its config (nothing downloaded); it carries its own tp_plan."""
+def make_llama(seed: int = 0, heads: int = 4, kv_heads: int = 2, tied: bool = False) -> nn.Module:
+    """A 2-layer Llama of hidden size 32 built from its config (nothing downloaded); it carries its own tp_plan.
+    `tied`: its output layer shares the embedding's weight."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, vocab_size=64, max_position_embeddings=32)
+                         num_key_value_heads=kv_heads, vocab_size=64, max_position_embeddings=32,
+                         tie_word_embeddings=tied)
     return LlamaForCausalLM(config)
 
 
@@ -73,18 +75,19 @@ def llama_batch(step: int, part: int = 0, parts: int = 1) -> torch.Tensor:
 
 
 def loss_of(kind: str, model: nn.Module, data: Any) -> torch.Tensor:
-    if kind == "llama":
+    if kind != "mlp":
         return model(input_ids=data, labels=data).loss
     x, y = data
     return torch.nn.functional.mse_loss(model(x), y)
 
 
 def make(kind: str) -> nn.Module:
-    return make_llama() if kind == "llama" else make_mlp()
+    """kind: "mlp", "llama", or "tied" (the Llama with tied embeddings)."""
+    return make_mlp() if kind == "mlp" else make_llama(tied=kind == "tied")
 
 
 def data(kind: str, step: int, part: int = 0, parts: int = 1) -> Any:
-    return llama_batch(step, part, parts) if kind == "llama" else mlp_batch(step, part, parts)
+    return mlp_batch(step, part, parts) if kind == "mlp" else llama_batch(step, part, parts)
 
 
 def train_reference(kind: str) -> dict[str, Any]:

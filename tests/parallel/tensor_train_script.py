@@ -1,6 +1,6 @@
 """Launched by test_tensor_training.py: tensor parallelism (and FSDP2 + TP) through the Accelerator, against one process.
 
-argv: train|load, kind (mlp | llama), tp size, checkpoint folder. The mesh is ("dp_shard", "tp") with dp_shard =
+argv: train|load, kind (mlp | llama | tied), tp size, checkpoint folder. The mesh is ("dp_shard", "tp") with dp_shard =
 processes / tp; the ranks of one tp group get the same part of the batch. `train` trains, compares with one process
 and saves a sharded checkpoint (and the reference's final weights beside it); `load` builds the model on this
 layout (tp size 1: plain data parallelism), loads that checkpoint and compares its full weights with the reference's.
@@ -25,7 +25,7 @@ world = accelerator.num_processes
 mesh = init_device_mesh("cpu", (world // tp_size, tp_size), mesh_dim_names=("dp_shard", "tp"))
 if tp_size > 1:
     accelerator.strategy = TensorParallelStrategy(
-        accelerator.process_state, accelerator.precision, accelerator.handlers, mesh, None, None if kind == "llama" else PLAN
+        accelerator.process_state, accelerator.precision, accelerator.handlers, mesh, None, PLAN if kind == "mlp" else None
     )
 model = make(kind)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)  # before prepare: it must follow the split
@@ -50,6 +50,8 @@ for step in range(STEPS):
 reference = train_reference(kind)
 full = accelerator.get_state_dict(model)
 report("split", sorted({type(p).__name__ for p in model.parameters()}))
+report("tied", [name for name, _ in model.named_parameters(remove_duplicate=False)
+                if name not in dict(model.named_parameters())])
 report("loss_difference", max(abs(a - b) for a, b in zip(losses, reference["losses"])))
 report("norm_difference", max(abs(a - b) for a, b in zip(norms, reference["norms"])))
 report("weight_difference", max_difference(full, reference["weights"]) if accelerator.is_main_process else None)

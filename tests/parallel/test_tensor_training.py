@@ -1,10 +1,11 @@
 """Tensor parallelism through the Accelerator on real processes (gloo, CPU), against one process.
 
-TP alone on 2 processes (a residual MLP with a user plan; a tiny transformers Llama with its own tp_plan) and
-FSDP2 + TP (2-D) on 4: losses and gradient norms within 1e-6 of the one-process run on the whole batch, full
-weights within 1e-6 (the Llama's within 1e-4: AdamW divides by the square root of tiny second moments, which
-magnifies last-bit differences of the gradients). A sharded checkpoint saved by TP on 2 processes reloads on
-other layouts (2-D on 4, plain data parallelism on 2) with the same weights and optimizer steps.
+TP alone on 2 processes (a residual MLP with a user plan; a tiny transformers Llama with its own tp_plan,
+its embeddings tied or not) and FSDP2 + TP (2-D) on 4: losses and gradient norms within 1e-6 of the one-process
+run on the whole batch, full weights within 1e-6 (the Llama's within 1e-4: AdamW divides by the square root of
+tiny second moments, which magnifies last-bit differences of the gradients). A sharded checkpoint saved by TP
+on 2 processes reloads on other layouts (2-D on 4, plain data parallelism on 2) with the same weights and
+optimizer steps.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def tp_mlp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Launched, Path]:
     return run(2, "train", "mlp", "2", str(folder)), folder
 
 
-@pytest.mark.parametrize(("processes", "kind", "weights"), [(2, "mlp", TOLERANCE), (4, "mlp", TOLERANCE), (2, "llama", 1e-4)])
+@pytest.mark.parametrize(("processes", "kind", "weights"), [
+    (2, "mlp", TOLERANCE), (4, "mlp", TOLERANCE), (2, "llama", 1e-4), (2, "tied", 1e-4),
+])
 def test_matches_one_process(
     tmp_path: Path, tp_mlp: tuple[Launched, Path], processes: int, kind: str, weights: float
 ) -> None:
@@ -45,6 +48,7 @@ def test_matches_one_process(
     split = done.of("split")[0]
     assert split == (["DTensor"] if processes == 4 else ["DTensor", "Parameter"])  # 2-D: everything sharded
     assert "shards" in done.of("checkpoint")[0]
+    assert done.of("tied")[0] == (["lm_head.weight"] if kind == "tied" else [])  # still one parameter, split alike
 
 
 def test_checkpoint_reloads_on_other_layouts(tp_mlp: tuple[Launched, Path]) -> None:
