@@ -77,7 +77,7 @@ class TensorParallelStrategy(ParallelStrategy):
         self.mesh = mesh
         self.tp_size = tp.dim_size(mesh, "tp")
         self.data_sharded = tp.dim_size(mesh, "dp_shard") > 1
-        self.fsdp_plugin = fsdp_plugin or (FullyShardedDataParallelPlugin() if self.data_sharded else None)
+        self.plugin = fsdp_plugin or (FullyShardedDataParallelPlugin() if self.data_sharded else None)
         self.plan = dict(plan) if plan is not None else None
         self.names: dict[int, str] = {}
         """id(parameter) -> name of every parameter split so far, before and after conversion."""
@@ -85,7 +85,7 @@ class TensorParallelStrategy(ParallelStrategy):
     @property
     def sharded_checkpoints(self) -> bool:
         """Always: every process writes its slices (a FULL_STATE_DICT plugin still gathers, as under FSDP)."""
-        return self.fsdp_plugin is None or self.fsdp_plugin.sharded_state_dict
+        return self.plugin is None or self.plugin.sharded_state_dict
 
     def checkpoint_record(self) -> dict[str, Any]:
         """The layout that shaped the checkpoint (the manifest's `fsdp` field; a sharded checkpoint reloads on any)."""
@@ -94,8 +94,8 @@ class TensorParallelStrategy(ParallelStrategy):
             "tp_size": self.tp_size,
             "mesh": dict(zip(self.mesh.mesh_dim_names or (), self.mesh.shape)),
         }
-        if self.fsdp_plugin is not None:
-            plugin = self.fsdp_plugin
+        if self.plugin is not None:
+            plugin = self.plugin
             record.update(fsdp_version=plugin.fsdp_version, reshard_after_forward=plugin.reshard_after_forward,
                           cpu_offload=bool(plugin.cpu_offload))
         return record
@@ -120,8 +120,8 @@ class TensorParallelStrategy(ParallelStrategy):
             styles = resolve_plan(model, plan, self.tp_size, given)
             tp.parallelize(model, self.mesh, styles)
         if self.data_sharded:
-            assert self.fsdp_plugin is not None  # set in __init__ whenever data_sharded
-            tp.shard_data_parallel(model, self.mesh, self.fsdp_plugin, self.precision.fsdp_precision)
+            assert self.plugin is not None  # set in __init__ whenever data_sharded
+            tp.shard_data_parallel(model, self.mesh, self.plugin, self.precision.fsdp_precision)
         self.names.update(names)
         for wrapped in optimizers:
             retarget_optimizer(wrapped.optimizer, names, model)
