@@ -3,7 +3,7 @@
     python benchmarks/tensor_parallel.py [--processes 2,4] [--steps 8] [--layouts ddp,fsdp,tp,2d]
 
 Each layout runs under `accel launch --cpu` on a small Llama built from a config (transformers, hidden 256,
-4 layers, 8 heads, 4 key-value heads, vocabulary 2048; see `make_model`), AdamW, fp32, with the same
+4 layers, 8 heads, 4 key-value heads, vocabulary 2048: 4.98M parameters; see `make_model`), AdamW, fp32, with the same
 global batch (8 sequences of 64 tokens) split over the data-parallel processes (TP's processes of one group
 share theirs). It prints, per layout and process count: the bytes of parameters + gradients + AdamW state one
 process holds (local shards of DTensors counted), and the median step time (forward, backward, clip, step) over
