@@ -4,6 +4,7 @@ argv: train|load, kind (mlp | llama | tied), tp size, checkpoint folder. The mes
 processes / tp; the ranks of one tp group get the same part of the batch. `train` trains, compares with one process
 and saves a sharded checkpoint (and the reference's final weights beside it); `load` builds the model on this
 layout (tp size 1: plain data parallelism), loads that checkpoint and compares its full weights with the reference's.
+An optional fifth argument accumulates gradients over that many micro-batches per step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from accel import Accelerator
 from accel.parallel.tensor_strategy import TensorParallelStrategy
 
 mode, kind, tp_size, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
-accelerator = Accelerator(cpu=True)
+accumulate = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulate)
 world = accelerator.num_processes
 mesh = init_device_mesh("cpu", (world // tp_size, tp_size), mesh_dim_names=("dp_shard", "tp"))
 if tp_size > 1:
@@ -41,12 +43,17 @@ if mode == "load":
 part, parts = mesh["dp_shard"].get_local_rank(), mesh["dp_shard"].size()
 losses, norms = [], []
 for step in range(STEPS):
-    loss = loss_of(kind, model, data(kind, step, part, parts))
-    accelerator.backward(loss)
-    norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
-    optimizer.step()
-    optimizer.zero_grad()
-    losses.append(accelerator.reduce(loss.detach(), "mean").item())
+    micro_losses = []
+    for micro in range(accumulate):  # equal micro-batches: their mean loss is the whole batch's
+        with accelerator.accumulate(model):  # 2-D: FSDP2 skips the reduce-scatter until the last one
+            loss = loss_of(kind, model, data(kind, step, part * accumulate + micro, parts * accumulate))
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
+            optimizer.step()
+            optimizer.zero_grad()
+        micro_losses.append(accelerator.reduce(loss.detach(), "mean").item())
+    losses.append(sum(micro_losses) / accumulate)
 reference = train_reference(kind)
 full = accelerator.get_state_dict(model)
 report("split", sorted({type(p).__name__ for p in model.parameters()}))
