@@ -57,3 +57,12 @@ def test_checkpoint_reloads_on_other_layouts(tp_mlp: tuple[Launched, Path]) -> N
         done = run(processes, "load", "mlp", str(tp_size), str(tp_mlp[1]))
         assert done.of("loaded_difference")[0] == 0.0, (processes, tp_size)
         assert done.of("optimizer_steps") == [[4]] * processes
+
+
+def test_a_data_parallel_checkpoint_loads_into_tensor_parallel(tmp_path: Path) -> None:
+    """A DDP checkpoint (model.safetensors, optimizer.pt by position) into TP: each process keeps its slices."""
+    saved = run(2, "train", "mlp", "1", str(tmp_path))
+    assert "model.safetensors" in saved.of("checkpoint")[0]
+    done = run(2, "load", "mlp", "2", str(tmp_path))
+    assert done.of("loaded_difference")[0] == 0.0
+    assert done.of("optimizer_steps") == [[4], [4]]
