@@ -94,6 +94,11 @@ class PrecisionBackend:
         instead of DDP: get ready for it, or raise ValueError naming what cannot run sharded and what to
         do. Default: nothing changes under FSDP."""
 
+    def configure_tensor_parallel(self) -> None:
+        """Called once, at construction, when prepared models will be split with tensor parallelism
+        (torch.distributed.tensor.parallel on DTensor weights): get ready, or raise ValueError naming what
+        cannot run split and what to do. Default: nothing changes under tensor parallelism."""
+
     def convert_module(self, module: nn.Module) -> nn.Module:
         """Return the model converted for this precision (cast, layers swapped). Default: as is."""
         return module

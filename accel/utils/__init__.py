@@ -65,6 +65,7 @@ from accel.availability import (
 )
 from accel.data.skipping import skip_first_batches
 from accel.fsdp import FullyShardedDataParallelPlugin
+from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
 from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
@@ -153,6 +154,8 @@ __all__ = [
     "ProjectConfiguration",
     "TERecipeKwargs",
     "TorchDynamoPlugin",
+    "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin",
     "broadcast",
     "broadcast_object_list",
     "check_os_kernel",
@@ -262,8 +265,6 @@ _REFUSED = {
     "GatheredParameters": _DEEPSPEED,
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
     "ParallelismConfig": _N_D,
-    "TorchTensorParallelPlugin": _N_D,
-    "TorchTensorParallelConfig": _N_D,
     "TorchContextParallelConfig": _N_D,
     "BnbQuantizationConfig": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) (docs/quantization.md)",
     "load_and_quantize_model": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) "

@@ -97,6 +97,16 @@ class FP8Backend(PrecisionBackend):
             "Use backend='ao' or 'native' under FSDP, or this backend under DDP (leave out the fsdp_plugin)."
         )
 
+    def configure_tensor_parallel(self) -> None:
+        """Refused for every FP8 backend: their FP8 layers replace the nn.Linear layers that tensor parallelism
+        splits, and accel does not split FP8 layers or their scales."""
+        raise ValueError(
+            f"mixed_precision='fp8' with FP8RecipeKwargs(backend={self.library!r}) cannot run with tensor parallelism "
+            "(tp_size > 1): its FP8 layers replace the nn.Linear layers that tensor parallelism splits, and accel does "
+            "not split FP8 layers or their scaling state. Use mixed_precision='bf16' (or 'fp16', 'no') with tensor "
+            "parallelism, or FP8 with tp_size=1 (DDP or FSDP2)."
+        )
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(name='fp8', backend={self.library!r}, base_precision="

@@ -1,0 +1,1 @@
+"""Parallel layouts beyond data parallelism: device meshes, tensor parallelism, N-D strategies."""
