@@ -11,6 +11,7 @@ counter and per-process random noise on the inputs, so that every part of a chec
   FOLDER/boundary_<name> between epochs 0 and 1.
 * reshard (1 process): the boundary checkpoints loaded with and without fsdp_plugin; a model of
   other shapes refused; one epoch saved with the plugin (FOLDER/one_sharded) and without (one_plain).
+* reshard4 (4 processes): the boundary checkpoints loaded with the plugin (resharded 2 -> 4).
 * resume (2 processes): each saved run resumed from its newest checkpoint and trained to TOTAL;
   one_sharded and one_plain loaded by 2 sharded processes; then a new run in which process 1
   dies (exit status 3) while writing its shards of the second save, which ends the launch.
@@ -188,6 +189,15 @@ def reshard(folder: Path) -> None:
         report(saved, full_state(parts))
 
 
+def reshard4(folder: Path) -> None:
+    """Four sharded processes: the 2-process boundary checkpoints (sharded and gathered) loaded."""
+    for name in ("fp32", "full"):
+        parts = build("no", None)
+        parts[0].load_state(folder / f"boundary_{name}")
+        report(f"{name}_boundary_by_four", full_state(parts))
+        parts[0].end_training()
+
+
 def crash(folder: Path) -> None:
     """Process 1 dies (os._exit) while torch.distributed.checkpoint writes its shards of the second save."""
     parts = build("no", folder / "crash")
@@ -204,7 +214,7 @@ def crash(folder: Path) -> None:
 
 def main() -> None:
     mode, folder = sys.argv[1], Path(sys.argv[2])
-    {"save": save, "resume": resume, "reshard": reshard}[mode](folder)
+    {"save": save, "resume": resume, "reshard": reshard, "reshard4": reshard4}[mode](folder)
 
 
 if __name__ == "__main__":
