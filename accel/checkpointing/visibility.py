@@ -14,24 +14,37 @@ writes the manifest and renames the folder into place; otherwise nothing is publ
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from accel.checkpointing.errors import CheckpointNotPublishedError
 
 _SHOWN = 6
 """Files named per process in the error; the rest are counted."""
+GRACE_SECONDS = 3.0
+"""How long files not seen at once are looked for again before the save fails."""
+_POLL = 0.1
 
 
-def confirm_visible(folder: Path, written: list[dict[str, int]], target: Path) -> list[str]:
+def confirm_visible(
+    folder: Path, written: list[dict[str, int]], target: Path, grace: float = GRACE_SECONDS
+) -> list[str]:
     """The names of every file the processes wrote (`written[rank]`: name -> size), once each is
     confirmed in `folder` with its size; else raise CheckpointNotPublishedError naming the processes
     and files that `folder` lacks (or holds with another size). `target`: the folder it would become.
+    What is not seen at once is looked for again for up to `grace` seconds (a network file system
+    may show another machine's new file a moment late); a complete folder costs one open per file.
 
     Example: `confirm_visible(Path(".ckpt.tmp"), [{"shards/__0_0.distcp": 96}], Path("ckpt"))`
     -> `["shards/__0_0.distcp"]`.
     """
-    problems = {rank: _unseen(folder, files) for rank, files in enumerate(written)}
-    problems = {rank: found for rank, found in problems.items() if found}
+    deadline = time.monotonic() + grace
+    while True:
+        problems = {rank: found for rank, files in enumerate(written) if (found := _unseen(folder, files))}
+        if not problems or time.monotonic() >= deadline:
+            break
+        time.sleep(_POLL)
     if problems:
         raise CheckpointNotPublishedError(_message(folder, problems, target))
     return sorted({name for files in written for name in files})
@@ -42,7 +55,8 @@ def _unseen(folder: Path, files: dict[str, int]) -> list[str]:
     unseen = []
     for name, size in sorted(files.items()):
         try:
-            seen = (folder / name).stat().st_size
+            with open(folder / name, "rb") as file:  # opening (not just stat) revalidates a network file system's cache
+                seen = os.fstat(file.fileno()).st_size
         except FileNotFoundError:
             unseen.append(f"{name} ({size} bytes) is missing")
             continue
