@@ -2,8 +2,9 @@
 
 A run saved by 2 processes and ended resumes bit-identically (fp32 sharded and gathered, bf16
 sharded), its checkpoints load on 1 process with and without the plugin and on 4 sharded
-processes, 1-process checkpoints load on 2 sharded processes, a model of other shapes is refused before anything is loaded, a
-process dying mid-save leaves no checkpoint under a name, and `consolidate` reads the folder.
+processes (a 2-process DDP checkpoint too), 1-process checkpoints load on 2 sharded processes, a
+model of other shapes is refused before anything is loaded, a process dying mid-save leaves no
+checkpoint under a name, and `consolidate` reads the folder.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_a_two_process_checkpoint_loads_on_one_process(
     assert at_save != saved.of(f"{name}_straight")[0]
 
 
-@pytest.mark.parametrize("name", ["fp32", "full"])
+@pytest.mark.parametrize("name", ["fp32", "full", "ddp"])
 def test_a_two_process_checkpoint_loads_on_four_sharded_processes(
     saved: Launched, resharded_to_four: Launched, name: str
 ) -> None:
