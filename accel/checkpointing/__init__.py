@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
+from accel.checkpointing.errors import CheckpointError, CheckpointNotPublishedError, CheckpointWriteError
 from accel.checkpointing.load import load_state, open_checkpoint
 from accel.checkpointing.manifest import FORMAT_VERSION, Manifest
 from accel.checkpointing.project import ProjectConfiguration, resolve_project_configuration
@@ -21,6 +21,7 @@ from accel.checkpointing.save import save_state
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "CheckpointNotPublishedError",
     "CheckpointWriteError",
     "Manifest",
     "ProjectConfiguration",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from accel.checkpointing import layout
-from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
+from accel.checkpointing.errors import CheckpointError, CheckpointNotPublishedError, CheckpointWriteError
 from accel.checkpointing.rng import capture_rng
 from accel.distributed import operations
 
@@ -37,8 +37,8 @@ T = TypeVar("T")
 _REBUILT = {
     error.__name__: error
     for error in (
-        CheckpointError, CheckpointWriteError, ValueError, TypeError, FileExistsError, FileNotFoundError,
-        NotADirectoryError, PermissionError, OSError,
+        CheckpointError, CheckpointNotPublishedError, CheckpointWriteError, ValueError, TypeError, FileExistsError,
+        FileNotFoundError, NotADirectoryError, PermissionError, OSError,
     )
 }
 """Errors raised on one process that are raised again, as the same type, on the others."""
@@ -156,6 +156,30 @@ def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T
         if failure is not None:
             raise _rebuild(failure, f"{label} failed on process {rank}")
     return result
+
+
+def agree_all(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> list[T]:
+    """As `agree`, returning every process's result (small, picklable), in process order, on every
+    process: one gather carries both the results and the errors.
+
+    Example: `sizes = agree_all(accelerator, lambda: {"a.bin": 3}, "save_state")` -> [{"a.bin": 3}, ...]
+    """
+    state = accelerator.process_state
+    if not together(accelerator):
+        return [action()]
+    result: Any = None
+    error: Exception | None = None
+    try:
+        result = action()
+    except Exception as exc:
+        error = exc
+    outcomes = operations.gather_objects(("ok", result) if error is None else _describe(error), state)
+    if error is not None:
+        raise error
+    for rank, outcome in enumerate(outcomes):
+        if outcome[0] != "ok":
+            raise _rebuild(outcome, f"{label} failed on process {rank}")
+    return [outcome[1] for outcome in outcomes]
 
 
 def _describe(error: Exception) -> tuple[str, str, str]:

@@ -16,3 +16,10 @@ class CheckpointWriteError(OSError):
 
     The message names the path. The previous checkpoint, if any, is untouched.
     """
+
+
+class CheckpointNotPublishedError(CheckpointWriteError):
+    """A sharded save_state wrote every process's files, but the process that publishes the
+    checkpoint cannot see some of them where the manifest would list them (each machine wrote to
+    its own disk, say). The message names the processes and files; nothing was published.
+    """

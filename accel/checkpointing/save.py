@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accel._version import __version__
-from accel.checkpointing.across_processes import agree, alone, on_main
+from accel.checkpointing.across_processes import agree_all, alone, on_main
 from accel.checkpointing.call_site import refuse_main_only
 from accel.checkpointing.compat import fp8_setup
 from accel.checkpointing.hooks import files_saved_by_hooks
@@ -22,8 +22,9 @@ from accel.checkpointing.participation import GRACE_SECONDS, late_folder, partic
 from accel.checkpointing.project import check_folder
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.serialization import save_tensors, save_torch
-from accel.checkpointing.sharded import shard_files, write_shards
+from accel.checkpointing.sharded import write_shards
 from accel.checkpointing.training_state import Snapshot, collect
+from accel.checkpointing.visibility import confirm_visible
 from accel.checkpointing.writer import (
     move_into_place,
     open_work_folder,
@@ -96,25 +97,35 @@ def _publish_sharded(
     accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, snapshot: Snapshot
 ) -> tuple[Path, int]:
     """As `_publish`, with every process writing its shards into the main process's hidden work
-    folder before the main process adds the rest and renames it: a process that fails or dies
-    midway leaves only that hidden folder (removed here, or by the next save once it is dead)."""
+    folder and reporting them; the main process confirms it sees each of them there
+    (visibility.py) before it adds the rest and renames the folder. A process that fails or dies
+    midway, or shards the main process cannot see, leave only that hidden folder (removed here,
+    on every process, or by the next save once its writer is dead)."""
     target, iteration, automatic, temp = on_main(accelerator, lambda: _open(accelerator, output_dir), "save_state")
     try:
-        agree(accelerator, lambda: write_shards(accelerator, temp), "save_state")
-        on_main(accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic), "save_state")
+        written = agree_all(accelerator, lambda: write_shards(accelerator, temp), "save_state")
+        on_main(
+            accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic, written), "save_state"
+        )
     except BaseException:
-        if accelerator.process_state.is_main_process:
-            shutil.rmtree(temp, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)  # every process: on disks of their own, each has its copy
         raise
     return target, iteration
 
 
 def _finish(
-    accelerator: CheckpointHost, snapshot: Snapshot, iteration: int, temp: Path, target: Path, automatic: bool
+    accelerator: CheckpointHost,
+    snapshot: Snapshot,
+    iteration: int,
+    temp: Path,
+    target: Path,
+    automatic: bool,
+    written: list[dict[str, int]],
 ) -> None:
-    """Add the other files and the manifest to the work folder `temp`, rename it to `target` and
-    rotate old automatic checkpoints (main process)."""
-    _write(temp, snapshot, accelerator, iteration)
+    """Confirm every process's files are in the work folder `temp`, add the other files and the
+    manifest, rename it to `target` and rotate old automatic checkpoints (main process)."""
+    shards = confirm_visible(temp, written, target)
+    _write(temp, snapshot, accelerator, iteration, shards=shards)
     move_into_place(temp, target)
     if automatic:
         _rotate(target.parent, accelerator.project_configuration.total_limit, keep=target)
@@ -169,8 +180,16 @@ def _is_checkpoint(folder: Path) -> bool:
         return False
 
 
-def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iteration: int, main_only: bool = False) -> None:
-    """Write every file into `folder`, the manifest (with sizes and checksums) last.
+def _write(
+    folder: Path,
+    snapshot: Snapshot,
+    accelerator: CheckpointHost,
+    iteration: int,
+    main_only: bool = False,
+    shards: list[str] | None = None,
+) -> None:
+    """Write every file into `folder`, the manifest (with sizes and checksums) last; `shards`: the
+    files the processes wrote there already (confirmed), listed in the manifest too.
 
     Save pre-hooks run first; the weights of the models they saved themselves are not written.
     """
@@ -180,7 +199,7 @@ def _write(folder: Path, snapshot: Snapshot, accelerator: CheckpointHost, iterat
         save_tensors(snapshot.tensors[name], folder / name)
     for name, value in snapshot.objects.items():
         save_torch(value, folder / name)
-    written = [*tensor_files, *snapshot.objects, *shard_files(folder)]
+    written = [*tensor_files, *snapshot.objects, *(shards or [])]
     manifest = Manifest(
         accel_version=__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -20,11 +20,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
 
 from accel.checkpointing import layout
 from accel.checkpointing.manifest import Manifest
-from accel.fsdp.checkpoint import quiet_single_process
+from accel.fsdp.checkpoint import METADATA_NAME, quiet_single_process
 
 if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost
@@ -90,19 +94,35 @@ def by_name_state(model: nn.Module, optimizer: torch.optim.Optimizer, options: S
     return state
 
 
-def write_shards(accelerator: CheckpointHost, folder: Path) -> None:
-    """Every process writes its shards of every prepared model and optimizer into `folder/shards`."""
+def write_shards(accelerator: CheckpointHost, folder: Path) -> dict[str, int]:
+    """Every process writes its shards of every prepared model and optimizer into `folder/shards`;
+    returns what this process wrote as it sees it, manifest name (`shards/<file>`) -> size in bytes,
+    for the main process to confirm before it publishes (visibility.py)."""
     state: dict[str, Any] = {
         layout.model_key(i): get_model_state_dict(_target(accelerator, m)) for i, m in enumerate(accelerator.prepared.models)
     }
     for index, wrapped in enumerate(accelerator.prepared.optimizers):
         state[layout.optimizer_key(index)] = by_name_state(owner(accelerator, index), wrapped.optimizer)
-    writer = dcp.FileSystemWriter(folder / layout.SHARDS_DIR)
+    writer = _RecordingWriter(folder / layout.SHARDS_DIR)
     with quiet_single_process():
         dcp.save(state, storage_writer=writer, no_dist=not dist.is_initialized())
-
-
-def shard_files(folder: Path) -> list[str]:
-    """The manifest names (`shards/<file>`) of the files in `folder/shards`, if any."""
     shards = folder / layout.SHARDS_DIR
-    return sorted(f"{layout.SHARDS_DIR}/{p.name}" for p in shards.iterdir()) if shards.is_dir() else []
+    return {f"{layout.SHARDS_DIR}/{name}": (shards / name).stat().st_size for name in sorted(writer.written)}
+
+
+class _RecordingWriter(dcp.FileSystemWriter):
+    """torch's file writer, keeping the names of the files this process wrote: its data files, and
+    `.metadata` when it is the process that writes the index."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.written: set[str] = set()
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        done = super().write_data(plan, planner)
+        self.written.update(result.storage_data.relative_path for result in done.wait())
+        return done
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        super().finish(metadata, results)
+        self.written.add(METADATA_NAME)

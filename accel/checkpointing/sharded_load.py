@@ -84,6 +84,24 @@ def shape_problems(accelerator: CheckpointHost, folder: Path, models: list[int],
     return problems
 
 
+def check_shard_files(folder: Path, manifest: Manifest, label: str) -> None:
+    """Raise CheckpointError, before anything is read, when the sharded index refers to files the
+    manifest does not list: a checkpoint published (by an older accel) without some process's
+    shards, which torch would report only midway through loading, as a bare FileNotFoundError."""
+    try:
+        storage = read_metadata(folder / layout.SHARDS_DIR).storage_data
+    except Exception as exc:
+        raise CheckpointError(f"{label}: {METADATA} cannot be read safely ({exc}); it is damaged.") from exc
+    names = {f"{layout.SHARDS_DIR}/{info.relative_path}" for info in (storage or {}).values()}
+    missing = sorted(name for name in names if name not in manifest.files)
+    if missing:
+        raise CheckpointError(
+            f"{label} is incomplete: its shard index refers to {', '.join(missing)}, which its manifest does not list. "
+            "It was published without some processes' shards (saved on machines that did not share a file system, "
+            "by an accel that did not check before publishing) and cannot be loaded. Load an older checkpoint."
+        )
+
+
 def read_shards(accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> dict[str, Any]:
     """This process's part of the sharded checkpoint, in new tensors laid out as its models (`models`,
     by index) and optimizers are now; raises CheckpointError, having changed nothing, when it differs."""

@@ -38,6 +38,7 @@ from accel.checkpointing.sharded import (
 from accel.checkpointing.sharded_load import (
     METADATA,
     apply_shards,
+    check_shard_files,
     fsdp_problems,
     load_optimizer,
     shape_problems,
@@ -132,6 +133,8 @@ def stage(accelerator: CheckpointHost, folder: Path, manifest: Manifest, label: 
     problems = setup_problems(accelerator, manifest) + fsdp_problems(accelerator, manifest)
     _raise_if(label, problems or _missing_files(accelerator, manifest, models))
     sharded = is_sharded_checkpoint(manifest)
+    if sharded:
+        check_shard_files(folder, manifest, label)
     check_weights = shape_problems if sharded else _weight_problems
     _raise_if(label, check_weights(accelerator, folder, models, label))
     objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator, manifest)}

@@ -8,9 +8,11 @@ counter and per-process random noise on the inputs, so that every part of a chec
 * save (2 processes): for fp32 (SHARDED_STATE_DICT and FULL_STATE_DICT) and bf16: the
   uninterrupted run (TOTAL steps), and a run that saves after steps SAVE_AT - 1 and SAVE_AT
   (inside an epoch, automatic naming, total_limit=1) and then ends; the fp32 runs also save
-  FOLDER/boundary_<name> between epochs 0 and 1.
+  FOLDER/boundary_<name> between epochs 0 and 1; then a DDP run saves FOLDER/boundary_ddp there.
 * reshard (1 process): the boundary checkpoints loaded with and without fsdp_plugin; a model of
   other shapes refused; one epoch saved with the plugin (FOLDER/one_sharded) and without (one_plain).
+* reshard4 (4 processes): the boundary checkpoints loaded with the plugin (resharded 2 -> 4),
+  and one saved by 2 DDP processes (FOLDER/boundary_ddp, written by `save`).
 * resume (2 processes): each saved run resumed from its newest checkpoint and trained to TOTAL;
   one_sharded and one_plain loaded by 2 sharded processes; then a new run in which process 1
   dies (exit status 3) while writing its shards of the second save, which ends the launch.
@@ -135,6 +137,10 @@ def save(folder: Path) -> None:
         train(interrupted, SAVE_AT, saves, at_boundary or None)  # then this run ends, as if killed
         report(f"{name}_layout", sorted(str(p.relative_to(folder / name)) for p in (folder / name).rglob("*")))
         accelerator.end_training()
+    ddp = build("no", None, fsdp=None)  # DDP: FOLDER/boundary_ddp, for reshard4 to load sharded
+    train(ddp, TOTAL * 10, epoch_end=lambda: bool(ddp[0].save_state(folder / "boundary_ddp")))  # after epoch 0
+    report("ddp_boundary", full_state(ddp))
+    ddp[0].end_training()
 
 
 def _boundary_saver(parts: Any, target: Path, name: str) -> Callable[[], bool]:
@@ -188,6 +194,15 @@ def reshard(folder: Path) -> None:
         report(saved, full_state(parts))
 
 
+def reshard4(folder: Path) -> None:
+    """Four sharded processes: the 2-process boundary checkpoints (sharded and gathered) loaded."""
+    for name in ("fp32", "full", "ddp"):
+        parts = build("no", None)
+        parts[0].load_state(folder / f"boundary_{name}")
+        report(f"{name}_boundary_by_four", full_state(parts))
+        parts[0].end_training()
+
+
 def crash(folder: Path) -> None:
     """Process 1 dies (os._exit) while torch.distributed.checkpoint writes its shards of the second save."""
     parts = build("no", folder / "crash")
@@ -204,7 +219,7 @@ def crash(folder: Path) -> None:
 
 def main() -> None:
     mode, folder = sys.argv[1], Path(sys.argv[2])
-    {"save": save, "resume": resume, "reshard": reshard}[mode](folder)
+    {"save": save, "resume": resume, "reshard": reshard, "reshard4": reshard4}[mode](folder)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """accelerator.save_state / load_state with fsdp_plugin, with real processes (fsdp_save_state_script.py).
 
 A run saved by 2 processes and ended resumes bit-identically (fp32 sharded and gathered, bf16
-sharded), its checkpoints load on 1 process with and without the plugin, 1-process checkpoints
-load on 2 sharded processes, a model of other shapes is refused before anything is loaded, a
-process dying mid-save leaves no checkpoint under a name, and `consolidate` reads the folder.
+sharded), its checkpoints load on 1 process with and without the plugin and on 4 sharded
+processes (a 2-process DDP checkpoint too), 1-process checkpoints load on 2 sharded processes, a
+model of other shapes is refused before anything is loaded, a process dying mid-save leaves no
+checkpoint under a name, and `consolidate` reads the folder.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def saved(folder: Path) -> Launched:
 @pytest.fixture(scope="module")
 def resharded(saved: Launched, folder: Path) -> Launched:
     return _run("reshard", folder, processes=1)
+
+
+@pytest.fixture(scope="module")
+def resharded_to_four(saved: Launched, folder: Path) -> Launched:
+    return _run("reshard4", folder, processes=4)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +99,15 @@ def test_a_two_process_checkpoint_loads_on_one_process(
     at_save = saved.of(f"{name}_boundary")[0]
     assert resharded.of(f"{name}_boundary_by_one_{with_plugin}")[0] == at_save  # weights and optimizer state, exactly
     assert at_save != saved.of(f"{name}_straight")[0]
+
+
+@pytest.mark.parametrize("name", ["fp32", "full", "ddp"])
+def test_a_two_process_checkpoint_loads_on_four_sharded_processes(
+    saved: Launched, resharded_to_four: Launched, name: str
+) -> None:
+    at_save, by_four = saved.of(f"{name}_boundary")[0], resharded_to_four.of(f"{name}_boundary_by_four")
+    assert len(by_four) == 4 and by_four[0] == at_save  # weights and optimizer state, exactly
+    assert at_save["optimizer"]  # there is optimizer state to compare (AdamW's moments and steps)
 
 
 @pytest.mark.parametrize("name", ["one_sharded", "one_plain"])

@@ -162,3 +162,22 @@ def test_several_models_and_optimizers_resume_exactly(tmp_path: Path) -> None:
 
     straight, resumed = run(load=False), run(load=True)
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+def test_a_checkpoint_published_without_a_process_s_shards_is_refused_before_loading(tmp_path: Path) -> None:
+    """As an accel that did not confirm the shards published on machines with their own disks:
+    the manifest lacks the shards the main process could not see."""
+    accelerator, model, optimizer = _prepared(fsdp=True)
+    _step(accelerator, model, optimizer)
+    folder = accelerator.save_state(tmp_path / "checkpoint")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]["shards/__0_0.distcp"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "shards" / "__0_0.distcp").unlink()
+    before = [p.detach().clone() for p in model.parameters()]
+    _step(accelerator, model, optimizer)
+    changed = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError, match=r"is incomplete: its shard index refers to shards/__0_0\.distcp"):
+        accelerator.load_state(folder)
+    assert all(torch.equal(a, b) for a, b in zip(changed, (p.detach() for p in model.parameters())))
+    assert not all(torch.equal(a, b) for a, b in zip(before, changed))
