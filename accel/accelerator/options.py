@@ -214,11 +214,38 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
     return plugin
 
 
-def strategy(plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers) -> ParallelStrategy:
-    """The one place where the parallelism is chosen: FSDP2 with a plugin (checked by `fsdp_plugin`),
-    else data parallelism (one process, or DDP over several)."""
+def strategy(
+    plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
+    parallelism: Any = None, mesh: Any = None,
+) -> ParallelStrategy:
+    """The one place where the parallelism is chosen: tensor parallelism when the ParallelismConfig
+    (`accel.parallel.layout.resolve`) has tp_size > 1 (with FSDP2 over the data-parallel dimensions when
+    `plugin` is given: 2-D); else FSDP2 with a plugin (checked by `fsdp_plugin`), over the mesh's
+    (dp_replicate, dp_shard_cp) dimensions when there is a mesh (2-D: HSDP); else data parallelism (one
+    process, or DDP over several)."""
+    if parallelism is not None and parallelism.tp_enabled:
+        return _tensor_parallel(process_state, precision, handlers, mesh, plugin, parallelism)
     if plugin is None:
         return ParallelStrategy(process_state, precision, handlers)
     from accel.fsdp.strategy import FSDPStrategy  # torch.distributed.fsdp only where FSDP runs
+    from accel.parallel.mesh import submesh
 
-    return FSDPStrategy(process_state, precision, handlers, plugin)
+    fsdp_mesh = None if mesh is None else submesh(mesh, parallelism.fsdp_dim_names)
+    return FSDPStrategy(process_state, precision, handlers, plugin, fsdp_mesh)
+
+
+def _tensor_parallel(
+    process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, mesh: Any, plugin: Any,
+    parallelism: Any,
+) -> ParallelStrategy:
+    """TensorParallelStrategy over the mesh's tp dimension (accel.parallel.tensor_strategy)."""
+    try:
+        from accel.parallel.tensor_strategy import TensorParallelStrategy  # type: ignore[import-not-found]  # merged later
+    except ImportError:  # until tensor parallelism is merged
+        raise NotImplementedError(
+            f"Accelerator(parallelism_config={parallelism!r}): tensor parallelism (tp_size > 1) is not available in "
+            "this build of accel. Use tp_size=1 (DDP, FSDP2 or HSDP with dp_replicate_size/dp_shard_size)."
+        ) from None
+    # the whole mesh (tp, and the data-parallel dimensions FSDP2 shards over in 2-D); the plan: the model's own
+    # tp_plan, found by the strategy at prepare (a user's plan is wired here when its keyword exists)
+    return TensorParallelStrategy(process_state, precision, handlers, mesh, plugin, None)

@@ -29,6 +29,7 @@ from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import ValueType
+    from torch.distributed.device_mesh import DeviceMesh
 
     from accel.training.optimizer import AcceleratedOptimizer
 
@@ -40,10 +41,14 @@ class FSDPStrategy(ParallelStrategy):
     shards_parameters: ClassVar[bool] = True
 
     def __init__(
-        self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, plugin: FullyShardedDataParallelPlugin
+        self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
+        plugin: FullyShardedDataParallelPlugin, mesh: DeviceMesh | None = None,
     ) -> None:
         super().__init__(process_state, precision, handlers)
         self.plugin = plugin
+        self.mesh = mesh
+        """What fully_shard shards over: the mesh's (dp_replicate, dp_shard_cp) dimensions, 2-D for HSDP; None: all
+        processes in one dimension."""
         self.names: dict[int, str] = {}
         """id(parameter) -> name of every parameter sharded so far, before and after conversion."""
 
@@ -71,7 +76,7 @@ class FSDPStrategy(ParallelStrategy):
         (found by `names`, taken before conversion, and by the names of the converted model)."""
         names = {**names, **parameter_names(model)}
         precision = self.precision.fsdp_precision
-        model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state)
+        model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state, self.mesh)
         self.names.update(names)
         for wrapped in optimizers:
             retarget_optimizer(wrapped.optimizer, names, model)

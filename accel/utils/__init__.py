@@ -65,6 +65,7 @@ from accel.availability import (
 )
 from accel.data.skipping import skip_first_batches
 from accel.fsdp import FullyShardedDataParallelPlugin
+from accel.parallel.config import ParallelismConfig
 from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
@@ -143,6 +144,7 @@ __all__ = [
     "DynamoBackend",
     "FP8RecipeKwargs",
     "FullyShardedDataParallelPlugin",
+    "ParallelismConfig",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
@@ -261,7 +263,6 @@ _REFUSED = {
     "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
-    "ParallelismConfig": _N_D,
     "TorchTensorParallelPlugin": _N_D,
     "TorchTensorParallelConfig": _N_D,
     "TorchContextParallelConfig": _N_D,
