@@ -17,6 +17,7 @@ from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.handler_views import HandlerViewsMixin
+from accel.accelerator.parallel_views import ParallelViewsMixin
 from accel.accelerator.preparing import PrepareMixin
 from accel.accelerator.private_views import PrivateViewsMixin
 from accel.accelerator.process_methods import ProcessMixin
@@ -54,7 +55,8 @@ from accel.training.strategy import ParallelStrategy
 
 
 class Accelerator(
-    PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin
+    PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin,
+    ParallelViewsMixin,
 ):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 

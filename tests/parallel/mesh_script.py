@@ -44,6 +44,8 @@ def train(name: str, sizes: dict[str, int], fsdp: bool) -> None:
     flattened = {flat: submesh(mesh, [flat]).size() for flat in ("dp", "dp_shard_cp", "dp_cp") if _has(mesh, flat)}
     report(f"{name}_mesh", [list(mesh.mesh_dim_names), list(mesh.shape), flattened])
     report(f"{name}_strategy", type(accelerator.strategy).__name__)
+    report(f"{name}_ranks", [accelerator.data_parallel_rank, accelerator.data_parallel_shard_rank,
+                             accelerator.tensor_parallel_rank])
     dp = accelerator.process_state.data_parallel_size
     model = make_model()
     optimizer = optimizer_for(model)

@@ -73,6 +73,9 @@ def test_hsdp_builds_accelerates_two_dimensional_mesh_and_shards_within_replicas
     assert four.of("hsdp_mesh") == [[["dp_replicate", "dp_shard"], [2, 2], {"dp": 4, "dp_shard_cp": 2, "dp_cp": 4}]] * 4
     assert four.of("hsdp_placements") == ["(Replicate(), Shard(dim=0))"] * 4
     assert four.of("hsdp_strategy") == ["FSDPStrategy"] * 4
+    # data_parallel_rank, data_parallel_shard_rank, tensor_parallel_rank (Accelerate's views)
+    assert four.of("hsdp_ranks") == [[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]]
+    assert four.of("ddp_ranks") == [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]]
 
 
 def test_one_dimensional_meshes_carry_accelerates_names(four: Launched, two: Launched) -> None:
