@@ -64,6 +64,20 @@ def train(name: str, sizes: dict[str, int], fsdp: bool) -> None:
     report(f"{name}_losses", losses)
     report(f"{name}_rows", rows)
     report(f"{name}_full", {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()})
+    if name == "hsdp":
+        accelerator.save_state(str(Path(sys.argv[1]) / "hsdp"))
+
+
+def reload(sizes: dict[str, int]) -> None:
+    """Load the HSDP run's sharded checkpoint into another layout; report the weights it then holds."""
+    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap",
+                                            transformer_cls_names_to_wrap=["Block"])
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes), fsdp_plugin=plugin)
+    model = make_model(seed=1)
+    loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH // accelerator.process_state.data_parallel_size)
+    model, optimizer, loader = accelerator.prepare(model, optimizer_for(model), loader)
+    accelerator.load_state(str(Path(sys.argv[1]) / "hsdp"))
+    report("reloaded_full", {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()})
 
 
 def _has(mesh: object, name: str) -> bool:
@@ -105,5 +119,7 @@ if __name__ == "__main__":
         __import__("os").environ["WORLD_SIZE"])
     for layout, (sizes, fsdp) in LAYOUTS[world].items():
         train(layout, sizes, fsdp)
+    if world == 4:
+        reload({"dp_shard_size": 4})
     tensor_parallel_data(world)
     bad_input(world)

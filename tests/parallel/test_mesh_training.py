@@ -36,15 +36,15 @@ def reference() -> tuple[list[float], dict[str, torch.Tensor]]:
 
 
 @pytest.fixture(scope="module")
-def four() -> Launched:
-    result = launch(SCRIPT, processes=4, timeout=400)
+def four(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    result = launch(SCRIPT, str(tmp_path_factory.mktemp("checkpoints")), processes=4, timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
 
 @pytest.fixture(scope="module")
-def two() -> Launched:
-    result = launch(SCRIPT, processes=2, timeout=300)
+def two(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    result = launch(SCRIPT, str(tmp_path_factory.mktemp("checkpoints")), processes=2, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -116,3 +116,7 @@ def test_bad_layouts_are_refused_when_the_accelerator_is_built(four: Launched) -
     assert kind == "ValueError" and "nothing to shard over" in message
     kind, message = four.of("bad_tp_before_merge")[0]
     assert kind == "NotImplementedError" and "tensor parallelism (tp_size > 1)" in message
+
+
+def test_an_hsdp_checkpoint_reloads_onto_fsdp2_over_four_processes(four: Launched) -> None:
+    assert four.of("reloaded_full")[0] == four.of("hsdp_full")[0]
