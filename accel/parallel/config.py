@@ -22,6 +22,7 @@ Torch-free: `accel launch` checks the sizes before it starts any process.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,9 +82,13 @@ class ParallelismConfig:
             value = setting.from_env() if value is None else value
             setattr(self, setting.keyword, check_int(f"ParallelismConfig.{setting.keyword}", 1 if value is None else value,
                                                      minimum=1))
-        self.sp_size = check_int("ParallelismConfig.sp_size", 1 if self.sp_size is None else self.sp_size, minimum=1)
-        self.cp_backend = check_choice("ParallelismConfig.cp_backend", self.cp_backend or "torch", ("torch",))
-        self.sp_backend = check_choice("ParallelismConfig.sp_backend", self.sp_backend or "deepspeed", ("deepspeed",))
+        # Accelerate's launcher sets these too; they have no accel setting (one value each is accepted)
+        sp_size = self.sp_size if self.sp_size is not None else int(os.environ.get("PARALLELISM_CONFIG_SP_SIZE", "1"))
+        self.sp_size = check_int("ParallelismConfig.sp_size", sp_size, minimum=1)
+        cp_backend = self.cp_backend or os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")
+        self.cp_backend = check_choice("ParallelismConfig.cp_backend", cp_backend, ("torch",))
+        sp_backend = self.sp_backend or os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
+        self.sp_backend = check_choice("ParallelismConfig.sp_backend", sp_backend, ("deepspeed",))
         self._refuse_unprovided()
         sizes = self.sizes
         if sizes["tp"] > 1 and sizes["dp_replicate"] > 1 and sizes["dp_shard"] == 1:

@@ -95,3 +95,17 @@ def test_a_launched_accelerator_builds_hsdp_from_an_accelerate_config(tmp_path: 
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.of("mesh") == [[["dp_replicate", "dp_shard"], [2, 2]]] * 4
     assert result.of("placements") == ["(Replicate(), Shard(dim=0))"] * 4
+
+
+def test_a_script_under_accelerate_launch_builds_hsdp_from_its_parallelism_variables(tmp_path: Path) -> None:
+    """`accelerate launch` hands the sizes over as ACCELERATE_USE_PARALLELISM_CONFIG and PARALLELISM_CONFIG_*."""
+    import shutil
+
+    accelerate = shutil.which("accelerate")
+    assert accelerate is not None, "Accelerate's launcher is part of the test environment"
+    data = {**ACCELERATE_HSDP, "fsdp_config": {"fsdp_version": 2, "fsdp_cpu_ram_efficient_loading": False}}
+    launcher = [accelerate, "launch", "--config_file", str(write(tmp_path, data))]
+    result = launch(str(Path(__file__).parent / "env_mesh_script.py"), processes=4, launcher=launcher, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.of("mesh") == [[["dp_replicate", "dp_shard"], [2, 2]]] * 4
+    assert result.of("placements") == ["(Replicate(), Shard(dim=0))"] * 4
