@@ -90,6 +90,11 @@ class ParallelismConfig:
         sp_backend = self.sp_backend or os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
         self.sp_backend = check_choice("ParallelismConfig.sp_backend", sp_backend, ("deepspeed",))
         self._refuse_unprovided()
+        if self.tp_handler is not None and self.sizes["tp"] == 1:
+            raise ValueError(
+                f"ParallelismConfig(tp_handler={self.tp_handler!r}) with tp_size=1: the handler configures tensor "
+                "parallelism, which tp_size=1 does not use, so it would be ignored. Give tp_size > 1, or leave it out."
+            )
         sizes = self.sizes
         if sizes["tp"] > 1 and sizes["dp_replicate"] > 1 and sizes["dp_shard"] == 1:
             raise ValueError(

@@ -75,6 +75,7 @@ def test_the_environment_asks_for_a_config_as_either_launcher_does(monkeypatch: 
     ({"tp_size": 0}, ValueError, "ParallelismConfig.tp_size=0 must be an int >= 1"),
     ({"dp_shard_size": "2"}, TypeError, "dp_shard_size"),
     ({"cp_backend": "ring"}, ValueError, "cp_backend"),
+    ({"tp_handler": object()}, ValueError, "with tp_size=1: the handler configures tensor parallelism"),
 ])
 def test_bad_sizes_are_refused_at_construction(sizes: dict, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words):
