@@ -43,7 +43,6 @@ from accel.kwargs_handlers.fp8 import (
     FP8RecipeKwargs,
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
-from accel.parallel.names import PARALLELISM_SIZES
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BoolKind,
     ChoiceKind,
@@ -341,10 +340,14 @@ BNB_SETTINGS = _bnb_settings()
 BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
 PARALLELISM_SECTION = "parallelism_config"
 """The YAML mapping that holds ParallelismConfig's sizes under Accelerate's keys (parallelism_config_tp_size, ...)."""
+_PARALLELISM_SIZES = {
+    "dp_replicate_size": "replicas of the (sharded) model", "dp_shard_size": "processes FSDP2 shards over (use_fsdp)",
+    "tp_size": "processes splitting each layer (tensor parallel)", "cp_size": "context parallel: 1 only (docs/distributed.md)",
+}
 PARALLELISM_SETTINGS = tuple(
     Setting(f"{PARALLELISM_SECTION}_{size}", IntKind(minimum=1), None, keyword=size, section=PARALLELISM_SECTION,
-            help=f"ParallelismConfig.{size}: {what} (the sizes multiply to num_processes; accel.parallel.config)")
-    for size, what in PARALLELISM_SIZES.items()
+            help=f"ParallelismConfig.{size}: {what}; the sizes multiply to num_processes")
+    for size, what in _PARALLELISM_SIZES.items()
 )
 """ParallelismConfig's sizes: any one set builds a device mesh (docs/distributed.md)."""
 PARALLELISM_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in PARALLELISM_SETTINGS}

@@ -7,11 +7,10 @@ from typing import Any
 
 class ParallelViewsMixin:
     """`data_parallel_rank`, `data_parallel_shard_rank`, `tensor_parallel_rank` (Accelerate's meanings: 0 where the
-    dimension is not enabled; RuntimeError without a parallelism_config) and `is_composable_parallelism_enabled`."""
+    dimension is not enabled; RuntimeError without a parallelism_config)."""
 
     parallelism_config: Any
     torch_device_mesh: Any
-    fsdp_plugin: Any
 
     def _rank_in(self, dimension: str, what: str) -> int:
         if self.parallelism_config is None:
@@ -34,8 +33,3 @@ class ParallelViewsMixin:
     def tensor_parallel_rank(self) -> int:
         """This process's rank along tp (0 when that dimension is not enabled)."""
         return self._rank_in("tp", "Tensor parallelism")
-
-    @property
-    def is_composable_parallelism_enabled(self) -> bool:
-        """True where models are sharded with FSDP2 (Accelerate's meaning: is_fsdp2)."""
-        return self.fsdp_plugin is not None
