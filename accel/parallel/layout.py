@@ -59,9 +59,22 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
     return config
 
 
+def _hybrid_asked(plugin: Any, environ: Any = None) -> bool:
+    """Whether the FSDP plugin, or `accelerate launch` (FSDP_SHARDING_STRATEGY with ACCELERATE_USE_FSDP), asks for
+    HYBRID_SHARD (or its ZeRO-2 variant, numbers 4 and 5)."""
+    if plugin is None:
+        return False
+    if getattr(plugin, "sharding_strategy", None) == HYBRID_SHARD:
+        return True
+    environ = os.environ if environ is None else environ
+    launched = environ.get("ACCELERATE_USE_FSDP", "").strip().lower() in ("1", "true", "yes", "y", "t", "on")
+    strategy = environ.get("FSDP_SHARDING_STRATEGY", "").strip().upper()
+    return launched and ("HYBRID_SHARD" in strategy or strategy in ("4", "5"))
+
+
 def _with_hybrid_shard(config: ParallelismConfig | None, plugin: Any, state: ProcessState) -> ParallelismConfig | None:
     """FSDP's HYBRID_SHARD (Accelerate's FSDP1 strategy) as HSDP: replicate across machines, shard within one."""
-    if plugin is None or getattr(plugin, "sharding_strategy", None) != HYBRID_SHARD:
+    if not _hybrid_asked(plugin):
         return config
     if config is None:
         machines = state.num_processes // state.num_local_processes

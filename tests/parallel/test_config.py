@@ -103,6 +103,14 @@ def test_hybrid_shard_is_hsdp_over_machines_times_processes_per_machine() -> Non
         layout._with_hybrid_shard(ParallelismConfig(dp_shard_size=4), plugin, state)
 
 
+def test_accelerate_launchs_hybrid_shard_variable_asks_for_hsdp_too() -> None:
+    plugin = FullyShardedDataParallelPlugin()
+    assert layout._hybrid_asked(plugin, {"ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD"})
+    assert layout._hybrid_asked(plugin, {"ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "4"})
+    assert not layout._hybrid_asked(plugin, {"ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "FULL_SHARD"})
+    assert not layout._hybrid_asked(None, {"ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD"})
+
+
 def test_the_plugin_accepts_hybrid_shard_in_accelerates_spellings_and_refuses_the_other_fsdp1_strategies() -> None:
     from torch.distributed.fsdp import ShardingStrategy
 
