@@ -242,10 +242,9 @@ def _tensor_parallel(
     try:
         from accel.parallel.tensor_strategy import TensorParallelStrategy  # type: ignore[import-not-found]  # merged later
     except ImportError:  # until tensor parallelism is merged
-        raise NotImplementedError(
-            f"Accelerator(parallelism_config={parallelism!r}): tensor parallelism (tp_size > 1) is not available in "
-            "this build of accel. Use tp_size=1 (DDP, FSDP2 or HSDP with dp_replicate_size/dp_shard_size)."
-        ) from None
+        from accel.parallel.config import TP_UNAVAILABLE
+
+        raise NotImplementedError(f"Accelerator(parallelism_config={parallelism!r}): {TP_UNAVAILABLE}.") from None
     # the whole mesh (tp, and the data-parallel dimensions FSDP2 shards over in 2-D); the plan: the model's own
     # tp_plan, found by the strategy at prepare (a user's plan is wired here when its keyword exists)
     return TensorParallelStrategy(process_state, precision, handlers, mesh, plugin, None)

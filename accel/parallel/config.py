@@ -229,6 +229,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def tensor_parallel_available() -> bool:
+    """Whether this accel has tensor parallelism (accel.parallel.tensor_strategy), found without importing torch."""
+    import importlib.util
+
+    return importlib.util.find_spec("accel.parallel.tensor_strategy") is not None
+
+
+TP_UNAVAILABLE = ("tensor parallelism (tp_size > 1) is not available in this build of accel. Use tp_size=1 (DDP, "
+                  "FSDP2 or HSDP with dp_replicate_size/dp_shard_size)")
+
+
 def check_world(sizes: Mapping[str, int], world: int, *, fsdp: bool, where: str = "ParallelismConfig") -> None:
     """Refuse sizes that do not fit `world` processes, or shard without FSDP (ValueError naming each size).
 

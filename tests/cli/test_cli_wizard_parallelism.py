@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from accel.cli.config.file import ConfigFile, load_config
-from accel.cli.config.wizard_parallel import tensor_parallel_available
 from accel.cli.launch.plan import plan_launch
+from accel.parallel.config import tensor_parallel_available
 from tests.cli.test_cli_wizard import BACKSPACE, ENTER, Wizard
 
 

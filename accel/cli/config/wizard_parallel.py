@@ -9,20 +9,15 @@ are the parallelism_config_* settings, which `accel launch` passes on as ACCEL_P
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
 from accel.cli.config.prompts import ask_text, ask_yes_no
+from accel.parallel.config import tensor_parallel_available
 from accel.settings import PARALLELISM_SETTINGS_BY_KEY, USE_FSDP
 
 Answers = dict[str, Any]
 _KEY = {setting.keyword: setting for setting in PARALLELISM_SETTINGS_BY_KEY.values()}
-
-
-def tensor_parallel_available() -> bool:
-    """Whether this accel has tensor parallelism (accel.parallel.tensor_strategy)."""
-    return importlib.util.find_spec("accel.parallel.tensor_strategy") is not None
 
 
 def ask_parallelism(current: Mapping[str, Any], processes: int, answers: Mapping[str, Any]) -> Answers:

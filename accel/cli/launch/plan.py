@@ -15,7 +15,7 @@ from typing import Any
 from accel.backends.names import reads_fp8_recipe
 from accel.cli.config.file import ConfigFile
 from accel.cli.errors import CliError, warn
-from accel.parallel.config import CP_REASON, check_world
+from accel.parallel.config import CP_REASON, TP_UNAVAILABLE, check_world, tensor_parallel_available
 from accel.settings import (
     FP8_SETTINGS,
     FSDP_OPTION_SETTINGS,
@@ -156,6 +156,8 @@ def _check_parallelism(values: Mapping[str, Any]) -> None:
         check_world(sizes, values.get("num_processes", 1), fsdp=bool(values.get(USE_FSDP.name)), where="parallelism_config")
         if sizes.get("cp_size", 1) > 1:
             raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']}: {CP_REASON}")
+        if sizes.get("tp_size", 1) > 1 and not tensor_parallel_available():
+            raise ValueError(f"parallelism_config_tp_size={sizes['tp_size']}: {TP_UNAVAILABLE}")
     except ValueError as error:
         raise CliError(f"{error} (the sizes: the parallelism_config keys or --parallelism_config_* flags)") from None
 
