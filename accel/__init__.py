@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
     from accel.launchers import debug_launcher as debug_launcher
     from accel.launchers import notebook_launcher as notebook_launcher
+    from accel.parallel.config import ParallelismConfig as ParallelismConfig
     from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
     from accel.training.seeding import synchronize_rng_states as synchronize_rng_states
@@ -64,6 +65,7 @@ _EXPORTS = {
     "debug_launcher": "accel.launchers",
     "ProfileKwargs": "accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "accel.fsdp",
+    "ParallelismConfig": "accel.parallel.config",
     "synchronize_rng_states": "accel.training.seeding",
     "is_rich_available": "accel.utils",
 }
@@ -86,8 +88,6 @@ is installed, else stand-ins that raise ImportError naming the install (accel/_a
 _REFUSED = {
     "DeepSpeedPlugin": "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 "
     "(fsdp_plugin=), or Accelerate for DeepSpeed runs",
-    "ParallelismConfig": "tensor, context and N-D parallelism are not provided; data parallelism (DDP) and FSDP2 "
-    "(fsdp_plugin=) are",
     "prepare_pippy": "pipeline-parallel inference is not accel's job; use Accelerate's prepare_pippy beside accel",
 }
 """Accelerate's top-level names accel does not implement: importable, and raising NotImplementedError with

@@ -105,6 +105,8 @@ class Setting:
             return None
         if self.section == FSDP_SECTION:
             return _ACCELERATE_FSDP_SPELLINGS.get(self.name, self.name.upper())
+        if self.section == PARALLELISM_SECTION:
+            return self.name.upper()  # PARALLELISM_CONFIG_TP_SIZE, ... (ParallelismConfig reads them)
         return ACCELERATE_PREFIX + self.name.upper()
 
     @property
@@ -336,13 +338,26 @@ def _bnb_settings() -> tuple[Setting, ...]:
 BNB_SETTINGS = _bnb_settings()
 """The quantization settings, in BitsandbytesKwargs' field order; setting any of them turns quantization on."""
 BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
-_ACCELERATE_NAMES = frozenset(
-    setting.name for setting in (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, *DYNAMO_SETTINGS, *FSDP_SETTINGS)
+PARALLELISM_SECTION = "parallelism_config"
+"""The YAML mapping that holds ParallelismConfig's sizes under Accelerate's keys (parallelism_config_tp_size, ...)."""
+_PARALLELISM_SIZES = {
+    "dp_replicate_size": "replicas of the (sharded) model", "dp_shard_size": "processes FSDP2 shards over (use_fsdp)",
+    "tp_size": "processes splitting each layer (tensor parallel)", "cp_size": "context parallel: 1 only (docs/distributed.md)",
+}
+PARALLELISM_SETTINGS = tuple(
+    Setting(f"{PARALLELISM_SECTION}_{size}", IntKind(minimum=1), None, keyword=size, section=PARALLELISM_SECTION,
+            help=f"ParallelismConfig.{size}: {what}; the sizes multiply to num_processes")
+    for size, what in _PARALLELISM_SIZES.items()
 )
+"""ParallelismConfig's sizes: any one set builds a device mesh (docs/distributed.md)."""
+PARALLELISM_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in PARALLELISM_SETTINGS}
+_ACCELERATE_NAMES = frozenset(setting.name for setting in (
+    MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, *DYNAMO_SETTINGS, *FSDP_SETTINGS, *PARALLELISM_SETTINGS
+))
 """The settings Accelerate's Accelerator also reads from the environment (under `accelerate_env_var`)."""
 _ACCELERATE_FSDP_SPELLINGS = {"fsdp_transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP"}
 """Where Accelerate's FSDP variable is not the fsdp_config key in capitals."""
-ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS
+ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS + PARALLELISM_SETTINGS
 SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
 FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
 assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"
@@ -372,7 +387,6 @@ def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-
 def fsdp_fields_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """FullyShardedDataParallelPlugin's arguments from ACCEL_USE_FSDP and ACCEL_FSDP_* (or Accelerate's
     ACCELERATE_USE_FSDP and FSDP_*), or None when use_fsdp is not true. Only the variables that are set
@@ -387,7 +401,6 @@ def fsdp_fields_from_env(environ: Mapping[str, str] | None = None) -> dict[str, 
         if keyword in found and found[keyword][0].startswith("FSDP_") and policy != wanted:
             del found[keyword]
     return {keyword: value for keyword, (_, value) in found.items()}
-
 
 _ACCELERATE_FSDP_POLICY_FIELDS = {"min_num_params": "size_based_wrap", "transformer_cls_names_to_wrap": "transformer_based_wrap"}
 """Plugin fields whose FSDP_* variable Accelerate reads only under this auto_wrap_policy."""

@@ -18,6 +18,7 @@ from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.handler_views import HandlerViewsMixin
+from accel.accelerator.parallel_views import ParallelViewsMixin
 from accel.accelerator.preparing import PrepareMixin
 from accel.accelerator.private_views import PrivateViewsMixin
 from accel.accelerator.process_methods import ProcessMixin
@@ -41,6 +42,9 @@ from accel.kwargs_handlers import (
     collect_handlers,
 )
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelPlugin
+from accel.parallel import layout
+from accel.parallel.config import ParallelismConfig
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, SCHEDULER_PER_OPTIMIZER_STEP, USE_CPU
 from accel.tracking.selection import LogWith
@@ -53,7 +57,8 @@ from accel.training.strategy import ParallelStrategy
 
 
 class Accelerator(
-    PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin
+    PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin,
+    ParallelViewsMixin,
 ):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
@@ -101,6 +106,8 @@ class Accelerator(
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+        parallelism_config: ParallelismConfig | None = None,
+        torch_tp_plugin: TorchTensorParallelPlugin | None = None,
     ) -> None:
         check_environment()
         self.rng_types = options.rng_types(rng_types)
@@ -123,12 +130,21 @@ class Accelerator(
         """With BitsandbytesKwargs: what quantizes prepared models' Linear layers (docs/quantization.md)."""
         self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision, self.quantizer)
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
-        self.strategy: ParallelStrategy = options.strategy(self.fsdp_plugin, self.process_state, self.precision, self.handlers)
-        """How prepared models are spread over the processes (DDP or FSDP2), chosen here once."""
+        parallelism_config = layout.from_tp_plugin(parallelism_config, torch_tp_plugin)
+        self.parallelism_config = layout.resolve(parallelism_config, self.process_state, self.fsdp_plugin)
+        """The layout of the processes as a device mesh (None without one, as in Accelerate; docs/distributed.md)."""
+        self.torch_device_mesh, self.process_state = layout.mesh_and_place(self.parallelism_config, self.process_state)
+        """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
+        self.strategy: ParallelStrategy = options.strategy(
+            self.fsdp_plugin, self.process_state, self.precision, self.handlers, self.parallelism_config,
+            self.torch_device_mesh,
+        )
+        """How prepared models are spread over the processes (DDP, FSDP2, HSDP, TP), chosen here once."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(
-            self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin, dynamo_plugin=self.dynamo_plugin
+            self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin, dynamo_plugin=self.dynamo_plugin,
+            parallelism_config=self.parallelism_config, device_mesh=self.torch_device_mesh,
         )
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)

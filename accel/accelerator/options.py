@@ -214,11 +214,34 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
     return plugin
 
 
-def strategy(plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers) -> ParallelStrategy:
-    """The one place where the parallelism is chosen: FSDP2 with a plugin (checked by `fsdp_plugin`),
-    else data parallelism (one process, or DDP over several)."""
+def strategy(
+    plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
+    parallelism: Any = None, mesh: Any = None,
+) -> ParallelStrategy:
+    """The one place where the parallelism is chosen: tensor parallelism when the ParallelismConfig
+    (`accel.parallel.layout.resolve`) has tp_size > 1 (with FSDP2 over the data-parallel dimensions when
+    `plugin` is given: 2-D); else FSDP2 with a plugin (checked by `fsdp_plugin`), over the mesh's
+    (dp_replicate, dp_shard_cp) dimensions when there is a mesh (2-D: HSDP); else data parallelism (one
+    process, or DDP over several)."""
+    if parallelism is not None and parallelism.tp_enabled:
+        return _tensor_parallel(process_state, precision, handlers, mesh, plugin, parallelism)
     if plugin is None:
         return ParallelStrategy(process_state, precision, handlers)
     from accel.fsdp.strategy import FSDPStrategy  # torch.distributed.fsdp only where FSDP runs
+    from accel.parallel.mesh import submesh
 
-    return FSDPStrategy(process_state, precision, handlers, plugin)
+    fsdp_mesh = None if mesh is None else submesh(mesh, parallelism.fsdp_dim_names)
+    return FSDPStrategy(process_state, precision, handlers, plugin, fsdp_mesh)
+
+
+def _tensor_parallel(
+    process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, mesh: Any, plugin: Any,
+    parallelism: Any,
+) -> ParallelStrategy:
+    """TensorParallelStrategy over the whole mesh (tp, and the data-parallel dimensions FSDP2 shards over in
+    2-D); the plan: the user's (ParallelismConfig(tp_handler=TorchTensorParallelConfig(plan=...))), else the
+    model's own tp_plan, found at prepare."""
+    from accel.parallel.tensor_strategy import TensorParallelStrategy
+
+    handler = parallelism.tp_handler
+    return TensorParallelStrategy(process_state, precision, handlers, mesh, plugin, handler.plan if handler else None)

@@ -76,6 +76,11 @@ class ProcessMixin:
         """
         return self.distributed_type == DistributedType.FSDP
 
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        """Accelerate's name for `is_fsdp2`."""
+        return self.is_fsdp2
+
     # ----------------------------------------------------------------- collectives
     def gather(self, tensor: Any) -> Any:
         """Every process's tensors (a tensor or a nested tuple/list/dict of them), concatenated

@@ -125,7 +125,7 @@ class Dispatching(Sharding):
         self._ran_out = False
 
     def length(self, loader: DataLoader[Any]) -> int:
-        whole, processes = len(loader), self._state.num_processes
+        whole, processes = len(loader), self._state.data_parallel_size
         if self.split_batches:
             return whole
         return whole // processes if self.drop_last else -(-whole // processes)
@@ -141,8 +141,8 @@ class Dispatching(Sharding):
     def batches(self, loader: DataLoader[Any]) -> Iterator[Any]:
         """This process's batches of one epoch of `loader` (only process 0 reads it)."""
         state = self._state
-        processes, rank = state.num_processes, state.process_index
-        source = iter(loader) if rank == 0 else _draw_iterator_seed(loader)
+        processes, rank = state.data_parallel_size, state.data_parallel_index  # a tp group shares a slice
+        source = iter(loader) if state.process_index == 0 else _draw_iterator_seed(loader)
         self.last_rows, self._ran_out = -1, False
         start: Any = None
         upcoming, structure = self._fetch(source)
@@ -175,7 +175,7 @@ class Dispatching(Sharding):
                 if self.split_batches:
                     batch = next(source)
                 else:
-                    for _ in range(state.num_processes):
+                    for _ in range(state.data_parallel_size):
                         taken.append(next(source))
                     batch = concatenate(taken)
             except StopIteration:

@@ -121,7 +121,7 @@ def shard_iterable_loader(loader: DataLoader[Any], state: ProcessState, config: 
                           layout: tuple[int, int] | None = None) -> tuple[DataLoader[Any], Sharding]:
     """`loader` rebuilt around this process's part of its dataset (process `layout[1]` of `layout[0]`,
     default: this one of this run), and its sharding; in one process, `loader` itself."""
-    processes, rank = layout if layout is not None else (state.num_processes, state.process_index)
+    processes, rank = layout if layout is not None else (state.data_parallel_size, state.data_parallel_index)
     if processes == 1:
         return loader, Sharding()
     size = loader.batch_size
@@ -138,7 +138,7 @@ def shard_iterable_loader(loader: DataLoader[Any], state: ProcessState, config: 
             f"num_processes={processes}: it must be a multiple of {processes}. Use such a "
             "batch_size, or split_batches=False (each process then gets batches of batch_size)."
         )
-    real = (processes, rank) == (state.num_processes, state.process_index) and state.distributed
+    real = (processes, rank) == (state.data_parallel_size, state.data_parallel_index) and state.distributed
     options = loader_options(loader)
     batch = size // processes if config.split_batches else size
     hub = _hub_shard(loader.dataset, processes, rank, config)

@@ -108,7 +108,7 @@ class PreparedDataLoader(DataLoader):
         config = DataLoaderConfiguration() if config is None else config
         check_dataloader_config(config)
         state = state or ProcessState(device=device)
-        layout = layout or (state.num_processes, state.process_index)
+        layout = layout or (state.data_parallel_size, state.data_parallel_index)
         seeded, self._seeded = seed_loader(loader, config)
         self.loader: DataLoader[Any]
         self._sharding: Sharding

@@ -213,10 +213,11 @@ class KeptDistributedSampler(Sharding):
     """A DistributedSampler the script built: used as is, its epoch set at each epoch."""
 
     def __init__(self, sampler: DistributedSampler[Any], batch_size: int, state: ProcessState) -> None:
-        if (sampler.num_replicas, sampler.rank) != (state.num_processes, state.process_index):
+        if (sampler.num_replicas, sampler.rank) != (state.data_parallel_size, state.data_parallel_index):
             raise ValueError(
                 f"the DataLoader's DistributedSampler has num_replicas={sampler.num_replicas}, rank={sampler.rank}, "
-                f"but this is process {state.process_index} of {state.num_processes}. Leave the sampler out "
+                f"but this process reads part {state.data_parallel_index} of {state.data_parallel_size} of the data. Leave "
+                "the sampler out "
                 "(accel splits the data itself), or build it with these values."
             )
         self.sampler = sampler
@@ -232,7 +233,7 @@ class KeptDistributedSampler(Sharding):
 
     def keep(self, batches: int, remainder: int) -> Keep:
         """The sampler pads the epoch's index list at its end, and process r takes positions r, r + W, ..."""
-        sampler, processes = self.sampler, self._state.num_processes
+        sampler, processes = self.sampler, self._state.data_parallel_size
         total = len(sampler.dataset)  # type: ignore[arg-type]  # a DistributedSampler's dataset has a len
         if sampler.drop_last or sampler.total_size == total:
             return None
@@ -251,7 +252,7 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState, config: DataLoade
     As Accelerate: a shuffling sampler without a generator gets one, seeded from torch's global RNG, so that
     every epoch's order can be taken from process 0 (`synchronize`, run only when `layout` is this run's)."""
     config = config or DataLoaderConfiguration()
-    processes, rank = layout if layout is not None else (state.num_processes, state.process_index)
+    processes, rank = layout if layout is not None else (state.data_parallel_size, state.data_parallel_index)
     if processes == 1:
         return loader, Sharding()
     if isinstance(loader.sampler, DistributedSampler):
@@ -266,7 +267,7 @@ def shard_loader(loader: DataLoader[Any], state: ProcessState, config: DataLoade
     sampler = loader.sampler if items else getattr(batch_sampler, "sampler", None)
     generator = _own_generator(sampler) if not config.use_seedable_sampler else None
     shard = BatchSamplerShard(batch_sampler, processes, rank, config.split_batches, config.even_batches)
-    if generator is not None and state.distributed and (processes, rank) == (state.num_processes, state.process_index):
+    if generator is not None and state.distributed and (processes, rank) == (state.data_parallel_size, state.data_parallel_index):
         def synchronize() -> None:
             generator.set_state(operations.broadcast(generator.get_state(), state, check_shapes=False))
 

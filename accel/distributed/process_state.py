@@ -27,6 +27,10 @@ class ProcessState:
     """Processes on this machine."""
     backend: str | None = None
     """The process group's backend (gloo, nccl, ...); None in a single process."""
+    data_parallel: tuple[int, int] | None = None
+    """(size, rank) of the data-parallel world where it is not the whole world: with a device mesh whose
+    tp (or cp) groups see the same batch (accel.parallel.mesh.data_parallel_place); None: every process
+    reads its own part."""
 
     @classmethod
     def from_environment(cls, *, cpu: bool, group: InitProcessGroupKwargs | None = None) -> ProcessState:
@@ -42,6 +46,16 @@ class ProcessState:
     def distributed(self) -> bool:
         """True when several processes train together (a process group exists)."""
         return self.num_processes > 1
+
+    @property
+    def data_parallel_size(self) -> int:
+        """How many parts the data is split into: the processes, or the data-parallel ranks of a mesh."""
+        return self.num_processes if self.data_parallel is None else self.data_parallel[0]
+
+    @property
+    def data_parallel_index(self) -> int:
+        """Which part of the data this process reads (shared by the ranks of one tensor-parallel group)."""
+        return self.process_index if self.data_parallel is None else self.data_parallel[1]
 
     @property
     def is_main_process(self) -> bool:

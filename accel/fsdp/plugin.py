@@ -42,7 +42,8 @@ ModulePolicy = Callable[[nn.Module], bool]
 _FSDP1_ONLY: Mapping[str, str] = MappingProxyType(
     {
         "sharding_strategy": "FSDP2 says it with reshard_after_forward: FULL_SHARD -> True, SHARD_GRAD_OP -> "
-        "False; NO_SHARD is DDP (leave out the fsdp_plugin)",
+        "False; NO_SHARD is DDP (leave out the fsdp_plugin); HYBRID_SHARD (HSDP) is accepted, or say it with "
+        "ParallelismConfig(dp_replicate_size=..., dp_shard_size=...)",
         "backward_prefetch": "FSDP2 prefetches the next unit's all-gather itself; leave it out",
         "forward_prefetch": "FSDP2 prefetches the next unit's all-gather itself; leave it out",
         "limit_all_gathers": "FSDP2 limits its all-gathers itself; leave it out",
@@ -91,6 +92,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     reduction). A MixedPrecisionPolicy, or a dict of its fields (dtypes as torch.dtype or names)."""
     # FSDP1-only options of Accelerate's plugin: accepted as names so that giving one says what to do instead.
     sharding_strategy: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1's strategy: only 'HYBRID_SHARD' is accepted (HSDP over machines x processes per machine)."""
     backward_prefetch: Any = dataclasses.field(default=None, repr=False)
     forward_prefetch: Any = dataclasses.field(default=None, repr=False)
     limit_all_gathers: Any = dataclasses.field(default=None, repr=False)
@@ -99,6 +101,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
 
     def __post_init__(self) -> None:
         _check_version(self.fsdp_version)
+        self._set("sharding_strategy", _hybrid_shard(self.sharding_strategy))
         _refuse_fsdp1_options(self)
         self._set("auto_wrap_policy", _wrap_policy(self.auto_wrap_policy))
         self._set("transformer_cls_names_to_wrap", _class_names(self.transformer_cls_names_to_wrap))
@@ -155,10 +158,21 @@ def _check_version(version: Any) -> None:
         raise ValueError(f"FullyShardedDataParallelPlugin.fsdp_version={version!r} is not accepted; accepted: 2.")
 
 
+HYBRID_SHARD = "HYBRID_SHARD"
+"""The one FSDP1 sharding strategy accel accepts: HSDP, replicated across machines and sharded within each
+(accel.parallel.layout builds that mesh unless a ParallelismConfig gives the sizes)."""
+
+
+def _hybrid_shard(strategy: Any) -> Any:
+    """HYBRID_SHARD in any of Accelerate's spellings (name, torch's enum, its number 4) as the string; other values as given."""
+    name = getattr(strategy, "name", strategy)
+    return HYBRID_SHARD if str(name).upper() in (HYBRID_SHARD, "4") else strategy
+
+
 def _refuse_fsdp1_options(plugin: FullyShardedDataParallelPlugin) -> None:
     for name, why in _FSDP1_ONLY.items():
         value = getattr(plugin, name)
-        if value is not None:
+        if value is not None and not (name == "sharding_strategy" and value == HYBRID_SHARD):
             raise ValueError(
                 f"FullyShardedDataParallelPlugin({name}={value!r}): {name} is an FSDP1 option and accel runs "
                 f"FSDP2 only: {why}."

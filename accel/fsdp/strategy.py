@@ -30,6 +30,7 @@ from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import ValueType
+    from torch.distributed.device_mesh import DeviceMesh
 
     from accel.training.optimizer import AcceleratedOptimizer
 
@@ -41,10 +42,14 @@ class FSDPStrategy(ParallelStrategy):
     shards_parameters: ClassVar[bool] = True
 
     def __init__(
-        self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, plugin: FullyShardedDataParallelPlugin
+        self, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
+        plugin: FullyShardedDataParallelPlugin, mesh: DeviceMesh | None = None,
     ) -> None:
         super().__init__(process_state, precision, handlers)
         self.plugin = plugin
+        self.mesh = mesh
+        """What fully_shard shards over: the mesh's (dp_replicate, dp_shard_cp) dimensions, 2-D for HSDP; None: all
+        processes in one dimension."""
         self.names: dict[int, str] = {}
         """id(parameter) -> name of every parameter sharded so far, before and after conversion."""
         self.loading: str | None = None
@@ -91,7 +96,7 @@ class FSDPStrategy(ParallelStrategy):
         precision = self.precision.fsdp_precision
         mode, self.loading = self.loading, None
         pending = meta_loading.before_sharding(model, mode, self.process_state) if mode else None
-        model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state)
+        model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state, self.mesh)
         if pending is not None:
             meta_loading.after_sharding(model, pending, self.process_state, self.plugin.offload_policy is not None)
         self.names.update(names)

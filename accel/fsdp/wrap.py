@@ -16,7 +16,7 @@ from typing import cast
 import torch
 from torch import nn
 from torch.distributed._composable import checkpoint as checkpoint_activations
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from accel._warnings import warn_once
@@ -31,9 +31,13 @@ def shard_model(
     precision_name: str,
     device: torch.device,
     process_state: ProcessState,
+    mesh: DeviceMesh | None = None,
 ) -> nn.Module:
     """`model` sharded over the processes as `plugin` says; the same object (its class becomes
     an FSDPModule subclass; parameter names do not change).
+
+    `mesh`: the 1-D (shard) or 2-D (replicate, shard: HSDP) mesh to shard over, from the Accelerator's
+    ParallelismConfig; None shards over all processes.
 
     With one process there is nothing to shard: the model trains unsharded (activation
     checkpointing still applies) and a warning says so, once per process. This is the only place
@@ -57,7 +61,7 @@ def shard_model(
             UserWarning,
         )
         return model
-    mesh = init_device_mesh(device.type, (process_state.num_processes,))
+    mesh = mesh if mesh is not None else init_device_mesh(device.type, (process_state.num_processes,))
     reshard_after_forward = plugin.reshard_after_forward
     offload_policy = plugin.offload_policy or OffloadPolicy()
     attributes = parameter_attributes(model)

@@ -66,6 +66,7 @@ from accel.availability import (
 from accel.data.skipping import skip_first_batches
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
+from accel.parallel.config import ParallelismConfig
 from accel.training.out_of_memory import (
     clear_device_cache,
     find_executable_batch_size,
@@ -144,6 +145,7 @@ __all__ = [
     "DynamoBackend",
     "FP8RecipeKwargs",
     "FullyShardedDataParallelPlugin",
+    "ParallelismConfig",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
@@ -258,13 +260,13 @@ forwarded when accelerate is installed, else stand-ins that raise ImportError na
 _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
 _DEEPSPEED = "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 (fsdp_plugin=)"
-_N_D = "tensor, context and N-D parallelism are not provided; data parallelism (DDP) and FSDP2 (fsdp_plugin=) are"
+_N_D = ("context parallelism is not provided (torch runs its ring attention only in CUDA attention kernels); "
+        "DDP, FSDP2, HSDP and tensor parallelism are (ParallelismConfig)")
 _REFUSED = {
     "DeepSpeedPlugin": _DEEPSPEED,
     "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
-    "ParallelismConfig": _N_D,
     "TorchContextParallelConfig": _N_D,
     "BnbQuantizationConfig": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) (docs/quantization.md)",
     "load_and_quantize_model": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) "

@@ -34,6 +34,8 @@ SAMPLE_VALUES = {
     "fsdp_reshard_after_forward": False, "fsdp_offload_params": True, "fsdp_state_dict_type": "FULL_STATE_DICT",
     "fsdp_activation_checkpointing": True, "fsdp_cpu_ram_efficient_loading": True,
     "bnb_mode": "int8", "bnb_dtype": "float16", "bnb_ignore_modules": ("lm_head", "blocks.0"),
+    "parallelism_config_dp_replicate_size": 2, "parallelism_config_dp_shard_size": 4,
+    "parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1,
 }
 
 

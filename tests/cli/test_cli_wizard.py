@@ -209,7 +209,7 @@ def test_existing_values_are_the_defaults(clean_env: dict[str, str], tmp_path: P
     config.write_text("mixed_precision: 16-true\nnum_processes: 2\ngradient_accumulation_steps: 3\n")
     wizard = Wizard(config, clean_env)
     for question in ("How many machines", "How many training processes", "Which precision", "Shard the model",
-                     "Quantize the Linear weights", "Gradient accumulation", "Compile the model"):
+                     "out as a device mesh", "Quantize the Linear weights", "Gradient accumulation", "Compile the model"):
         wizard.answer(question, ENTER)
     status, output = wizard.finish()
     assert status == 0, output

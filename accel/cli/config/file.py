@@ -31,6 +31,9 @@ from accel.settings import (
     FSDP_OPTION_SETTINGS,
     FSDP_SECTION,
     FSDP_SETTINGS_BY_KEY,
+    PARALLELISM_SECTION,
+    PARALLELISM_SETTINGS,
+    PARALLELISM_SETTINGS_BY_KEY,
     TOP_LEVEL_SETTINGS,
     USE_FSDP,
     Setting,
@@ -41,6 +44,7 @@ _SECTIONS: dict[str, tuple[str, dict[str, Setting]]] = {
     FSDP_SECTION: ("FSDP options (Accelerate's fsdp_* keys)", FSDP_SETTINGS_BY_KEY),
     BNB_SECTION: ("BitsandbytesKwargs fields", BNB_SETTINGS_BY_KEY),
     DYNAMO_SECTION: ("torch.compile settings (Accelerate's dynamo_* keys)", DYNAMO_SETTINGS_BY_KEY),
+    PARALLELISM_SECTION: ("ParallelismConfig sizes (Accelerate's parallelism_config_* keys)", PARALLELISM_SETTINGS_BY_KEY),
 }
 """Mappings of config.yaml read key by key through their settings: what each holds, and its settings by key."""
 
@@ -185,7 +189,8 @@ def to_yaml_data(values: Mapping[str, Any]) -> dict[str, Any]:
         data[FP8_SECTION] = recipe
     if values.get(USE_FSDP.name) is not None:
         data[USE_FSDP.yaml_key] = values[USE_FSDP.name]
-    sections = ((DYNAMO_SECTION, DYNAMO_SETTINGS), (FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS))
+    sections = ((DYNAMO_SECTION, DYNAMO_SETTINGS), (FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS),
+                (PARALLELISM_SECTION, PARALLELISM_SETTINGS))
     for section, settings in sections:
         mapping = {s.yaml_key: _plain(values[s.name]) for s in settings if values.get(s.name) is not None}
         if mapping:

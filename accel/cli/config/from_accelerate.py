@@ -3,7 +3,8 @@
 Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
 (backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
 the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSDP` becomes
-`use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py); `MULTI_GPU` or `FSDP` on a machine
+`use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py); `parallelism_config` keeps its sizes
+under the same keys (accel's settings); `MULTI_GPU` or `FSDP` on a machine
 where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
 CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
 otherwise named in one warning, so that nothing is ignored without a word.
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from accel.cli import capabilities
-from accel.cli.config.from_accelerate_fsdp import translate_fsdp
+from accel.cli.config.from_accelerate_fsdp import hybrid_sizes, translate_fsdp
 from accel.cli.errors import CliError, warn
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.parallel.config import SP_REASON
 from accel.settings import (
     DYNAMO_BACKEND,
     DYNAMO_SECTION,
@@ -26,6 +28,8 @@ from accel.settings import (
     FP8_SECTION,
     FP8_SETTINGS_BY_KEY,
     FSDP_SECTION,
+    PARALLELISM_SECTION,
+    PARALLELISM_SETTINGS_BY_KEY,
     TOP_LEVEL_SETTINGS,
     USE_FSDP,
 )
@@ -49,6 +53,9 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "dynamo_use_regional_compilation": (False,),
     "interval": (1,),
     "override_linear_precision": ([False, False, False],),
+    "parallelism_config_cp_backend": ("torch",),
+    "parallelism_config_sp_size": (1,),
+    "parallelism_config_sp_backend": ("deepspeed",),
 }
 """Accelerate keys that change nothing at these values, so dropping them needs no warning."""
 
@@ -81,8 +88,8 @@ def translate(
     dropped: list[str] = []
     implied: dict[str, Any] = {}
     for key, value in data.items():
-        if key == FSDP_SECTION:
-            continue  # translate_fsdp reads it
+        if key in (FSDP_SECTION, PARALLELISM_SECTION):
+            continue  # translate_fsdp and _translate_parallelism read them
         if key in _ACCEL_KEYS:
             result[key] = value
         elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
@@ -97,6 +104,7 @@ def translate(
     fsdp, fsdp_note = translate_fsdp(data, result.get(USE_FSDP.name) is True, dropped, path)
     if fsdp:
         result[FSDP_SECTION] = fsdp
+    _translate_parallelism(data, result, dropped, path)
     if fsdp_note:
         warn(command, f"{path}: {fsdp_note}")
     if dropped:
@@ -149,6 +157,25 @@ def _translate_dynamo(data: Mapping[Any, Any], result: dict[str, Any], dropped: 
         result[DYNAMO_SECTION] = kept
     elif DYNAMO_SECTION in result:
         result[DYNAMO_SECTION] = None
+
+
+def _translate_parallelism(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str], path: Path) -> None:
+    """Keep parallelism_config's sizes (Accelerate's keys are accel's); an FSDP1 HYBRID_SHARD without one becomes its
+    sizes (from_accelerate_fsdp.hybrid_sizes). DeepSpeed's sequence parallelism is refused; context parallelism's
+    size goes on to the ordinary check, which refuses cp_size > 1 with the reason before any process starts."""
+    section = data.get(PARALLELISM_SECTION)
+    kept: dict[str, Any] = {}
+    for key, value in (section.items() if isinstance(section, Mapping) else ()):
+        if key in PARALLELISM_SETTINGS_BY_KEY:
+            kept[key] = value
+        elif key == "parallelism_config_sp_size" and value not in (None, 1):
+            raise CliError(f"{path}: {PARALLELISM_SECTION}.{key}={value}: {SP_REASON}.")
+        elif not _is_inert(key, value) and not str(key).startswith("parallelism_config_cp_"):
+            dropped.append(_describe(f"{PARALLELISM_SECTION}.{key}", value))
+    if not kept and result.get(USE_FSDP.name) is True:
+        kept = hybrid_sizes(data) or {}
+    if kept:
+        result[PARALLELISM_SECTION] = kept
 
 
 def _is_inert(key: object, value: Any) -> bool:

@@ -2,7 +2,8 @@
 
 Answers are a dict of setting name -> canonical value, the same shape a loaded config has. Only
 what matters on this machine is asked: no GPU questions without a GPU, no rendezvous questions
-for one machine, the FP8 recipe only for fp8, FSDP only for several processes (wizard_fsdp.py),
+for one machine, the FP8 recipe only for fp8, FSDP and the device mesh only for several processes
+(wizard_fsdp.py, wizard_parallel.py),
 and bitsandbytes modes only where they run (wizard_bnb.py). An existing config's values are the defaults.
 """
 
@@ -18,6 +19,7 @@ from accel.cli.config.prompts import Option, ask_select, ask_text, ask_yes_no, s
 from accel.cli.config.wizard_bnb import ask_quantization
 from accel.cli.config.wizard_dynamo import ask_dynamo
 from accel.cli.config.wizard_fsdp import ask_fsdp
+from accel.cli.config.wizard_parallel import ask_parallelism
 from accel.cli.config.wizard_recipe import SLOW_MARK, ask_recipe
 from accel.cli.launch.plan import DEFAULT_PORT
 from accel.settings import (
@@ -151,6 +153,7 @@ def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
         answers.update(ask_recipe(current, device))
     if answers[NUM_PROCESSES.name] > 1:
         answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name]))
+        answers.update(ask_parallelism(current, answers[NUM_PROCESSES.name], answers))
     answers.update(ask_quantization(current, device, answers))
     answers.update(ask_training(current))
     answers.update(ask_dynamo(current, device))

@@ -22,7 +22,15 @@ from accel.cli.errors import CliError
 from accel.cli.launch.children import exit_status, failure_line, run_child, script_command, torchrun_command
 from accel.cli.launch.plan import plan_launch
 from accel.environment import check_setting_values
-from accel.settings import ALL_SETTINGS, BNB_SETTINGS, DYNAMO_SETTINGS, FP8_SETTINGS, FSDP_SETTINGS, TOP_LEVEL_SETTINGS
+from accel.settings import (
+    ALL_SETTINGS,
+    BNB_SETTINGS,
+    DYNAMO_SETTINGS,
+    FP8_SETTINGS,
+    FSDP_SETTINGS,
+    PARALLELISM_SETTINGS,
+    TOP_LEVEL_SETTINGS,
+)
 
 COMMAND = "accel launch"
 
@@ -50,6 +58,7 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     add_setting_flags(parser, DYNAMO_SETTINGS, "torch.compile (override dynamo_config)")
     add_setting_flags(parser, FSDP_SETTINGS, "FSDP: fully sharded data parallel (override use_fsdp and fsdp_config)")
     add_setting_flags(parser, BNB_SETTINGS, "bitsandbytes quantization: any of these turns it on (override bnb_config)")
+    add_setting_flags(parser, PARALLELISM_SETTINGS, "device mesh: ParallelismConfig sizes (override parallelism_config)")
 
 
 def run(args: argparse.Namespace) -> int:

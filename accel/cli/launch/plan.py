@@ -15,11 +15,13 @@ from typing import Any
 from accel.backends.names import reads_fp8_recipe
 from accel.cli.config.file import ConfigFile
 from accel.cli.errors import CliError, warn
+from accel.parallel.config import CP_REASON, check_world
 from accel.settings import (
     FP8_SETTINGS,
     FSDP_OPTION_SETTINGS,
     LAUNCHER_SETTINGS,
     MIXED_PRECISION,
+    PARALLELISM_SETTINGS,
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
     USE_CPU,
@@ -60,6 +62,7 @@ def plan_launch(
     """
     values = _without_unused_fsdp(_merge(flags, config, command), flags, config, command)
     per_machine = _processes_per_machine(values)
+    _check_parallelism(values)
     use_cpu = _decide_device(values, per_machine, gpus, command)
     plan = LaunchPlan(values, per_machine, use_cpu, {})
     return dataclasses.replace(plan, env=_environment(plan, cores))
@@ -141,6 +144,20 @@ def _processes_per_machine(values: Mapping[str, Any]) -> int:
     if machines > 1 and not values.get("main_process_ip"):
         raise CliError(f"num_machines {machines} needs main_process_ip: the address of machine 0, which every machine joins")
     return processes // machines
+
+
+def _check_parallelism(values: Mapping[str, Any]) -> None:
+    """Refuse parallelism_config sizes that do not multiply to num_processes, dp_shard_size without use_fsdp, and
+    cp_size > 1, before any process starts (the Accelerator checks the same again)."""
+    sizes = {s.keyword: values[s.name] for s in PARALLELISM_SETTINGS if s.name in values}
+    if not sizes:
+        return
+    try:
+        check_world(sizes, values.get("num_processes", 1), fsdp=bool(values.get(USE_FSDP.name)), where="parallelism_config")
+        if sizes.get("cp_size", 1) > 1:
+            raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']}: {CP_REASON}")
+    except ValueError as error:
+        raise CliError(f"{error} (the sizes: the parallelism_config keys or --parallelism_config_* flags)") from None
 
 
 def _decide_device(values: Mapping[str, Any], per_machine: int, gpus: Callable[[], int], command: str) -> bool:

@@ -1,0 +1,261 @@
+"""ParallelismConfig: how the processes are laid out as a device mesh, in Accelerate's names and fields.
+
+`dp_replicate_size * dp_shard_size * tp_size * cp_size` processes form one torch DeviceMesh with
+Accelerate's dimension names (dp_replicate, dp_shard, cp, tp, outermost first; only sizes > 1 get a
+dimension) and its flattened ones (dp, dp_shard_cp, dp_cp). With FSDP2, dp_shard_size > 1 shards
+the model; dp_replicate_size > 1 as well gives HSDP (each shard group's model replicated across
+groups). tp_size > 1 splits layers over the tp dimension. Context parallelism (cp_size > 1) and
+DeepSpeed's sequence parallelism (sp_size > 1) are refused here, at construction, with the reason.
+
+A size left as None is read from ACCEL_PARALLELISM_CONFIG_<FIELD> (set by `accel launch`), else
+Accelerate's PARALLELISM_CONFIG_<FIELD> (set by `accelerate launch`), else 1, as Accelerate's does.
+Torch-free: `accel launch` checks the sizes before it starts any process.
+
+    from accel import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig
+
+    accelerator = Accelerator(
+        parallelism_config=ParallelismConfig(dp_replicate_size=2, dp_shard_size=4),  # HSDP on 8 processes
+        fsdp_plugin=FullyShardedDataParallelPlugin(),
+    )
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from accel._validation import check_choice, check_int
+from accel.parallel.names import MESH_ORDER
+
+CP_REASON = (
+    "context parallelism (cp_size > 1) is not provided by accel: torch's context_parallel shards the sequence of "
+    "scaled_dot_product_attention and runs ring attention only on its CUDA flash/efficient attention kernels, so it "
+    "can neither run on CPU processes nor be tested with gloo; accel runs no layout it cannot test. Use cp_size=1 "
+    "(shard the model with dp_shard_size and tensor-parallel it with tp_size), or Accelerate for context parallelism"
+)
+SP_REASON = (
+    "sequence parallelism (sp_size > 1) is DeepSpeed's Ulysses (sp_backend='deepspeed'), and accel does not run "
+    "DeepSpeed. Use sp_size=1, or Accelerate with DeepSpeed"
+)
+
+
+@dataclasses.dataclass
+class ParallelismConfig:
+    """The sizes of the device mesh's dimensions; every value checked here (module docstring).
+
+    >>> config = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2)
+    >>> config.total_size, config.fsdp_dim_names, config.active_mesh_dims
+    (4, ['dp_replicate', 'dp_shard_cp'], ['dp_replicate', 'dp_shard'])
+    """
+
+    dp_replicate_size: int | None = None
+    """Replicas of the (sharded) model; with dp_shard_size == 1 it is DDP."""
+    dp_shard_size: int | None = None
+    """Processes over which FSDP2 shards each parameter (needs an FSDP plugin when > 1)."""
+    tp_size: int | None = None
+    """Processes over which tensor parallelism splits each layer (they see the same batch)."""
+    cp_size: int | None = None
+    """Context parallelism: 1 only (CP_REASON)."""
+    cp_backend: str | None = None
+    """Accelerate's context-parallel backend: 'torch' only."""
+    sp_size: int | None = None
+    """DeepSpeed's sequence parallelism: 1 only (SP_REASON)."""
+    sp_backend: str | None = None
+    """Accelerate's sequence-parallel backend: 'deepspeed' only (and sp_size 1)."""
+    tp_handler: Any = None
+    """A TorchTensorParallelConfig (options of tensor parallelism: accel's `plan`), or None for its defaults."""
+    cp_handler: Any = None
+    """Accelerate's TorchContextParallelConfig; must be None (context parallelism is refused)."""
+    sp_handler: Any = None
+    """Accelerate's DeepSpeedSequenceParallelConfig; must be None (sequence parallelism is refused)."""
+
+    device_mesh: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    """The mesh, once built (`get_device_mesh`); shared by the Accelerator as `torch_device_mesh`."""
+
+    def __post_init__(self) -> None:
+        from accel.settings import PARALLELISM_SETTINGS
+
+        for setting in PARALLELISM_SETTINGS:
+            value = getattr(self, setting.keyword)
+            value = setting.from_env() if value is None else value
+            setattr(self, setting.keyword, check_int(f"ParallelismConfig.{setting.keyword}", 1 if value is None else value,
+                                                     minimum=1))
+        # Accelerate's launcher sets these too; they have no accel setting (one value each is accepted)
+        sp_size = self.sp_size if self.sp_size is not None else int(os.environ.get("PARALLELISM_CONFIG_SP_SIZE", "1"))
+        self.sp_size = check_int("ParallelismConfig.sp_size", sp_size, minimum=1)
+        cp_backend = self.cp_backend or os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")
+        self.cp_backend = check_choice("ParallelismConfig.cp_backend", cp_backend, ("torch",))
+        sp_backend = self.sp_backend or os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
+        self.sp_backend = check_choice("ParallelismConfig.sp_backend", sp_backend, ("deepspeed",))
+        self._refuse_unprovided()
+        from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig
+
+        if self.tp_handler is not None and not isinstance(self.tp_handler, TorchTensorParallelConfig):
+            raise TypeError(
+                f"ParallelismConfig(tp_handler={self.tp_handler!r}): give a TorchTensorParallelConfig "
+                "(from accel.utils import TorchTensorParallelConfig), or None for its defaults."
+            )
+        if self.tp_handler is not None and self.sizes["tp"] == 1:
+            raise ValueError(
+                f"ParallelismConfig(tp_handler={self.tp_handler!r}) with tp_size=1: the handler configures tensor "
+                "parallelism, which tp_size=1 does not use, so it would be ignored. Give tp_size > 1, or leave it out."
+            )
+        sizes = self.sizes
+        if sizes["tp"] > 1 and sizes["dp_replicate"] > 1 and sizes["dp_shard"] == 1:
+            raise ValueError(
+                f"ParallelismConfig(tp_size={sizes['tp']}, dp_replicate_size={sizes['dp_replicate']}, dp_shard_size=1): "
+                "tensor parallelism does not compose with pure data parallelism (DDP) in torch. Give the data-parallel "
+                f"processes as dp_shard_size={sizes['dp_replicate']} (FSDP2 + TP), or dp_shard_size > 1 as well (HSDP + TP)."
+            )
+
+    def _refuse_unprovided(self) -> None:
+        """cp_size > 1 and sp_size > 1 (and their handlers) cannot run here: NotImplementedError with the reason."""
+        if self.sizes["cp"] > 1 or self.cp_handler is not None:
+            raise NotImplementedError(f"ParallelismConfig(cp_size={self.cp_size}, cp_handler={self.cp_handler!r}): {CP_REASON}.")
+        if self.sizes["sp"] > 1 or self.sp_handler is not None:
+            raise NotImplementedError(f"ParallelismConfig(sp_size={self.sp_size}, sp_handler={self.sp_handler!r}): {SP_REASON}.")
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name}_size={self.sizes[name]}" for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"))
+        return f"ParallelismConfig({sizes}, total_size={self.total_size})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as plain values (handlers as their field dicts; the mesh left out)."""
+        return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self) if field.init}
+
+    # ----------------------------------------------------------------- Accelerate's views
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Dimension name -> size, for every dimension (enabled or not)."""
+        return {"dp_replicate": self.dp_replicate_size or 1, "dp_shard": self.dp_shard_size or 1,
+                "tp": self.tp_size or 1, "cp": self.cp_size or 1, "sp": self.sp_size or 1}
+
+    @property
+    def dp_replicate_enabled(self) -> bool:
+        return self.sizes["dp_replicate"] > 1
+
+    @property
+    def dp_shard_enabled(self) -> bool:
+        return self.sizes["dp_shard"] > 1
+
+    @property
+    def tp_enabled(self) -> bool:
+        return self.sizes["tp"] > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        return self.sizes["cp"] > 1
+
+    @property
+    def sp_enabled(self) -> bool:
+        return self.sizes["sp"] > 1
+
+    @property
+    def dp_dim_names(self) -> list[str]:
+        """Enabled dimensions across which the data is split."""
+        return [name for name in ("dp_replicate", "dp_shard") if self.sizes[name] > 1]
+
+    @property
+    def non_dp_dim_names(self) -> list[str]:
+        """Enabled dimensions whose ranks see the same batch."""
+        return [name for name in ("tp", "cp", "sp") if self.sizes[name] > 1]
+
+    @property
+    def dp_shard_cp_dim_names(self) -> list[str]:
+        """Enabled dimensions flattened into `dp_shard_cp`, across which FSDP shards."""
+        return [name for name in ("dp_shard", "cp") if self.sizes[name] > 1]
+
+    @property
+    def dp_cp_dim_names(self) -> list[str]:
+        """Enabled dimensions flattened into `dp_cp`, across which the loss is averaged."""
+        return [name for name in ("dp_replicate", "dp_shard", "cp") if self.sizes[name] > 1]
+
+    @property
+    def fsdp_dim_names(self) -> list[str]:
+        """The mesh dimensions fully_shard gets: (dp_replicate,) dp_shard_cp; two of them is HSDP."""
+        return ["dp_replicate", "dp_shard_cp"] if self.dp_replicate_enabled else ["dp_shard_cp"]
+
+    @property
+    def active_mesh_dims(self) -> list[str]:
+        return self.dp_dim_names + self.non_dp_dim_names
+
+    @property
+    def total_size(self) -> int:
+        """The processes the layout needs: the product of all sizes."""
+        product = 1
+        for size in self.sizes.values():
+            product *= size
+        return product
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Processes that see different batches: dp_replicate_size * dp_shard_size."""
+        return self.sizes["dp_replicate"] * self.sizes["dp_shard"]
+
+    @property
+    def non_data_parallel_size(self) -> int:
+        """Processes that see the same batch: tp_size * cp_size * sp_size."""
+        return self.sizes["tp"] * self.sizes["cp"] * self.sizes["sp"]
+
+    def mesh_layout(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """(dimension names, sizes) of the mesh in Accelerate's order; empty tuples when no size exceeds 1."""
+        names = tuple(name for name in MESH_ORDER if name in self.active_mesh_dims)
+        return names, tuple(self.sizes[name] for name in names)
+
+    # ----------------------------------------------------------------- the mesh
+    def build_device_mesh(self, device_type: str) -> Any:
+        """A new DeviceMesh for `device_type` with the flattened dimensions (None when every size is 1)."""
+        from accel.parallel.mesh import build_device_mesh
+
+        return build_device_mesh(self, device_type)
+
+    def get_device_mesh(self, device_type: str | None = None) -> Any:
+        """The mesh, built on the first call (which needs `device_type`)."""
+        if self.device_mesh is None:
+            if device_type is None:
+                raise ValueError("ParallelismConfig.get_device_mesh(): give a device_type (such as 'cuda' or 'cpu') to build it.")
+            self.device_mesh = self.build_device_mesh(device_type)
+        elif device_type is not None and self.device_mesh.device_type != device_type:
+            raise ValueError(
+                f"ParallelismConfig.get_device_mesh({device_type!r}): the mesh was built for {self.device_mesh.device_type!r}; "
+                "build a new ParallelismConfig for another device type."
+            )
+        return self.device_mesh
+
+    def with_sizes(self, **sizes: int) -> ParallelismConfig:
+        """A copy with other sizes (the handlers kept), checked again."""
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.init}
+        return ParallelismConfig(**{**fields, **sizes})
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+
+def check_world(sizes: Mapping[str, int], world: int, *, fsdp: bool, where: str = "ParallelismConfig") -> None:
+    """Refuse sizes that do not fit `world` processes, or shard without FSDP (ValueError naming each size).
+
+    `sizes`: field name -> size (absent: 1). All sizes 1 means "the whole world" and always fits (see
+    accel.parallel.layout). Used by the Accelerator and, before any process starts, by `accel launch`.
+    """
+    given = {name: int(sizes.get(name) or 1) for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")}
+    product = 1
+    for size in given.values():
+        product *= size
+    if product != 1 and product != world:
+        listed = " * ".join(f"{name}={size}" for name, size in given.items())
+        raise ValueError(
+            f"{where}: {listed} = {product} processes, but the world size (num_processes) is {world}. Give sizes "
+            f"whose product is {world}, or launch {product} processes (accel launch --num_processes {product})."
+        )
+    if given["dp_shard_size"] > 1 and not fsdp:
+        raise ValueError(
+            f"{where}: dp_shard_size={given['dp_shard_size']} shards the model with FSDP2, but FSDP is not on. Pass "
+            "fsdp_plugin=FullyShardedDataParallelPlugin() (accel launch --use_fsdp, or distributed_type: FSDP), or use "
+            "dp_replicate_size alone for DDP."
+        )
