@@ -42,7 +42,8 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     wizard.answer("fsdp_offload_params", ENTER)
     wizard.answer("fsdp_activation_checkpointing", "y")
     wizard.answer("fsdp_state_dict_type", DOWN + ENTER)
-    wizard.child.expect("bitsandbytes quantization: not asked, FSDP does not shard quantized layers")
+    wizard.child.expect("Quantize the Linear weights with bitsandbytes")
+    wizard.answer("int8 .*FSDP shards the 4-bit modes only", ENTER)  # shown, not choosable; the answer: no
     wizard.answer("Gradient accumulation", ENTER)
     wizard.answer("Compile the model", ENTER)
     status, output = wizard.finish()
