@@ -92,10 +92,18 @@ class Quantizer:
             )
         return building_quantized(self.mode, self.compute_dtype)
 
-    def model_state_dict(self, model: nn.Module, dequantize: bool = False) -> dict[str, torch.Tensor]:
-        """The model's weights: quantized with their quant state (default), or dequantized to floating point."""
-        from accel.quantization.state_dict import dequantized_state_dict, quantized_state_dict
+    def model_state_dict(
+        self, model: nn.Module, dequantize: bool = False, gathered: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The model's weights: quantized with their quant state (default), or dequantized to floating point.
 
+        `gathered`: the full state_dict of a model sharded by FSDP (as the strategy gathered it), whose
+        4-bit weights are dequantized from their gathered packed values.
+        """
+        from accel.quantization.state_dict import dequantize_gathered, dequantized_state_dict, quantized_state_dict
+
+        if gathered is not None:
+            return dequantize_gathered(gathered, model) if dequantize else gathered
         return dequantized_state_dict(model) if dequantize else quantized_state_dict(model)
 
     def check_sharding(self) -> None:

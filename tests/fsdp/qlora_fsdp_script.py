@@ -3,8 +3,8 @@
     qlora_fsdp_script.py save FOLDER     train STEPS steps, saving the state after half of them
     qlora_fsdp_script.py resume FOLDER   build the model from another seed, load FOLDER, train the rest
 
-Each rank reports its losses, what it holds of each kind of parameter, and a checksum of its shards of
-the quantized bases (before and after loading).
+Each rank reports its losses, what it holds of each kind of parameter, a checksum of its shards of the
+quantized bases (before and after loading), and the dequantized bases get_state_dict gathers.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 import torch
 from launching import report
-from qlora_tiny import STEPS, make_model, optimizer_for, quantization, train
+from qlora_tiny import STEPS, dequantized_sums, make_model, optimizer_for, quantization, train
 from torch.distributed.tensor import DTensor, Shard
 
 from accel import Accelerator
@@ -81,6 +81,7 @@ def main(mode: str, folder: str) -> None:
         report("checksum", checksum(model))
         accelerator.save_state(folder)
         report("losses", losses + train(accelerator, model, optimizer, range(HALF, STEPS)))
+        report("dequantized", dequantized_sums(accelerator, model))
     else:
         accelerator, model, optimizer = build(seed=1)
         report("checksum_before_load", checksum(model))

@@ -56,3 +56,12 @@ def train(accelerator: Any, model: Any, optimizer: Any, steps: range) -> list[fl
 def optimizer_for(model: Any) -> torch.optim.Optimizer:
     """AdamW over what trains (the adapters)."""
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+
+
+def dequantized_sums(accelerator: Any, model: Any) -> dict[str, float]:
+    """`get_state_dict(model, dequantize=True)` summed per base weight (every process must call it; the
+    main process gets the sums, the others an empty dict), with the dtype of every base weight checked."""
+    state = accelerator.get_state_dict(model, dequantize=True)
+    bases = {name: t for name, t in state.items() if name.endswith("base_layer.weight")}
+    assert all(t.dtype == torch.float32 and t.dim() == 2 for t in bases.values()), {n: t.dtype for n, t in bases.items()}
+    return {name: float(t.double().sum()) for name, t in bases.items()}

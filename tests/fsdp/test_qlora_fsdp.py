@@ -5,6 +5,7 @@ their AdamW state sharded; save_state / load_state restore the adapters, the opt
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
 from launching import Launched, launch  # noqa: E402
-from qlora_tiny import STEPS, make_model, optimizer_for, quantization, train  # noqa: E402
+from qlora_tiny import STEPS, dequantized_sums, make_model, optimizer_for, quantization, train  # noqa: E402
 
 from accel import Accelerator, BitsandbytesKwargs  # noqa: E402
 from accel.utils import FullyShardedDataParallelPlugin  # noqa: E402
@@ -35,18 +36,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Launched]:
 
 
 @pytest.fixture(scope="module")
-def reference() -> list[float]:
-    """The one-process QLoRA run (no FSDP) on the same global batches."""
+def reference() -> dict[str, Any]:
+    """The one-process QLoRA run (no FSDP) on the same global batches: its losses and dequantized bases."""
     accelerator = Accelerator(cpu=True, kwarg_handlers=[quantization()])
     model = accelerator.prepare(make_model(0))
     model.train()
-    return train(accelerator, model, accelerator.prepare(optimizer_for(model)), range(STEPS))
+    losses = train(accelerator, model, accelerator.prepare(optimizer_for(model)), range(STEPS))
+    return {"losses": losses, "dequantized": dequantized_sums(accelerator, model)}
 
 
 def test_two_process_qlora_trains_like_one_process(runs, reference) -> None:
     for losses in runs["save"].of("losses"):
-        torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference), rtol=LOSS_TOLERANCE, atol=0)
-    assert reference[0] != reference[-1]
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference["losses"]), rtol=LOSS_TOLERANCE, atol=0)
+    assert reference["losses"][0] != reference["losses"][-1]
+
+
+def test_get_state_dict_dequantizes_the_gathered_bases_on_the_main_process(runs, reference) -> None:
+    main, other = runs["save"].of("dequantized")
+    assert len(main) == 14 and main == reference["dequantized"] and other == {}
 
 
 def test_quantized_bases_stay_frozen_4bit_and_each_process_holds_half(runs) -> None:
