@@ -2,6 +2,7 @@
 
     qlora_fsdp_script.py save FOLDER     train STEPS steps, saving the state after half of them
     qlora_fsdp_script.py resume FOLDER   build the model from another seed, load FOLDER, train the rest
+    qlora_fsdp_script.py transformers FOLDER STORAGE   the Llama saved in FOLDER, quantized by transformers
 
 Each rank reports its losses, what it holds of each kind of parameter, a checksum of its shards of the
 quantized bases (before and after loading), and the dequantized bases get_state_dict gathers.
@@ -13,7 +14,15 @@ import sys
 
 import torch
 from launching import report
-from qlora_tiny import STEPS, dequantized_sums, make_model, optimizer_for, quantization, train
+from qlora_tiny import (
+    STEPS,
+    dequantized_sums,
+    load_quantized_by_transformers,
+    make_model,
+    optimizer_for,
+    quantization,
+    train,
+)
 from torch.distributed.tensor import DTensor, Shard
 
 from accel import Accelerator
@@ -73,7 +82,25 @@ def checksum(model: torch.nn.Module) -> list[int]:
     return [packed, round(scales, 6)]
 
 
-def main(mode: str, folder: str) -> None:
+def transformers_run(folder: str, storage: str) -> None:
+    """QLoRA on a model transformers quantized (no BitsandbytesKwargs): sharded the same way."""
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["LlamaDecoderLayer"]
+    )
+    accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
+    model = accelerator.prepare(load_quantized_by_transformers(folder, getattr(torch, storage)))
+    model.train()  # in eval mode bitsandbytes repacks CPU 4-bit weights in place
+    base = bases(model)
+    report("base_sharded", all(isinstance(p, DTensor) and p.placements == (Shard(0),) for p in base.values()))
+    report("base_frozen", [len(base), all(not p.requires_grad and p.dtype == getattr(torch, storage) for p in base.values())])
+    report("losses", train(accelerator, model, accelerator.prepare(optimizer_for(model)), range(STEPS)))
+    accelerator.end_training()
+
+
+def main(mode: str, folder: str, storage: str = "") -> None:
+    if mode == "transformers":
+        transformers_run(folder, storage)
+        return
     if mode == "save":
         accelerator, model, optimizer = build(seed=0)
         losses = train(accelerator, model, optimizer, range(HALF))
@@ -92,4 +119,4 @@ def main(mode: str, folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -13,9 +13,8 @@ ROWS = 8
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def make_model(seed: int = 0) -> Any:
-    """The tiny Llama with LoRA adapters (r=4) on every Linear of its blocks; lm_head stays unquantized."""
-    import peft
+def make_llama(seed: int = 0) -> Any:
+    """The tiny Llama (hidden 64, 2 layers, vocabulary 128), built from its config."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -23,8 +22,30 @@ def make_model(seed: int = 0) -> Any:
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=4, max_position_embeddings=64,
     )
+    return LlamaForCausalLM(config)
+
+
+def make_model(seed: int = 0) -> Any:
+    """The tiny Llama with LoRA adapters (r=4) on every Linear of its blocks; lm_head stays unquantized."""
+    import peft
+
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, lora_dropout=0.0)
-    return peft.get_peft_model(LlamaForCausalLM(config), lora)
+    return peft.get_peft_model(make_llama(seed), lora)
+
+
+def load_quantized_by_transformers(folder: str, storage: torch.dtype) -> Any:
+    """The tiny Llama saved in `folder`, loaded 4-bit by transformers (BitsAndBytesConfig, nf4, float32
+    compute, `storage` as bnb_4bit_quant_storage, lm_head kept), with the same LoRA adapters."""
+    import peft
+    from transformers import BitsAndBytesConfig, LlamaForCausalLM
+
+    config = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32,
+        bnb_4bit_quant_storage=storage, llm_int8_skip_modules=["lm_head"],
+    )
+    model = LlamaForCausalLM.from_pretrained(folder, quantization_config=config, dtype=torch.float32, device_map="cpu")
+    torch.manual_seed(0)
+    return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, lora_dropout=0.0))
 
 
 def quantization() -> Any:

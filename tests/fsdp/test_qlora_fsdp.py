@@ -15,7 +15,16 @@ pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
 from launching import Launched, launch  # noqa: E402
-from qlora_tiny import STEPS, dequantized_sums, make_model, optimizer_for, quantization, train  # noqa: E402
+from qlora_tiny import (  # noqa: E402
+    STEPS,
+    dequantized_sums,
+    load_quantized_by_transformers,
+    make_llama,
+    make_model,
+    optimizer_for,
+    quantization,
+    train,
+)
 
 from accel import Accelerator, BitsandbytesKwargs  # noqa: E402
 from accel.utils import FullyShardedDataParallelPlugin  # noqa: E402
@@ -80,6 +89,20 @@ def test_load_state_restores_the_bases_adapters_and_optimizer(runs) -> None:
     assert resume.of("checksum") == save.of("checksum")
     for full, resumed in zip(save.of("losses"), resume.of("resumed_losses")):
         assert resumed == full[STEPS // 2:]
+
+
+@pytest.mark.parametrize("storage", ["uint8", "float32"])
+def test_a_model_quantized_by_transformers_is_sharded_and_trains_like_one_process(tmp_path: Path, storage: str) -> None:
+    make_llama(0).save_pretrained(tmp_path)
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(load_quantized_by_transformers(str(tmp_path), getattr(torch, storage)))
+    model.train()
+    reference = train(accelerator, model, accelerator.prepare(optimizer_for(model)), range(STEPS))
+    run = launch(SCRIPT, "transformers", str(tmp_path), storage, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.of("base_sharded") == [True, True] and run.of("base_frozen") == [[14, True]] * 2
+    for losses in run.of("losses"):
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference), rtol=LOSS_TOLERANCE, atol=0)
 
 
 @pytest.mark.filterwarnings("ignore:.*will be slow here")  # the int8 modes compute in float16 (tiny probe)
