@@ -16,6 +16,7 @@ imported already):
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,10 @@ from torch import nn
 QUANT_STATE_FIELDS = ("absmax", "quant_map", "nested_absmax", "nested_quant_map")
 """The first names of a 4-bit weight's state_dict entries beside `weight` (`weight.absmax`, ...);
 `weight.quant_state.bitsandbytes__nf4` is reached through the QuantState itself."""
+
+
+_HOOKED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+"""The layers accel did not quantize that already have the load hook (sharded twice: hooked once)."""
 
 
 def four_bit_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
@@ -59,14 +64,37 @@ def check_quant_storage(model: nn.Module, param_dtype: torch.dtype | None) -> No
 
 def address_quant_states(model: nn.Module) -> int:
     """Make every sharded 4-bit weight of `model` answer `absmax`, `quant_map`, ... and `quant_state`
-    (so that checkpoints of the sharded model can be taken and loaded); return how many it did."""
+    (so that checkpoints of the sharded model can be taken and loaded); return how many it did.
+
+    Layers accel did not quantize (transformers', a user's) also get a load hook that takes the saved
+    quant state (bitsandbytes' own loading leaves those entries unexpected); accel's load it themselves.
+    """
+    from accel.quantization.layers import QuantLinear4bit
+
     count = 0
     for _, layer in four_bit_layers(model):
         if not isinstance(layer.weight, torch.nn.Parameter) or type(layer.weight).__name__ == "Params4bit":
             continue
         address_quant_state(layer)
+        if not isinstance(layer, QuantLinear4bit) and layer not in _HOOKED:
+            layer.register_load_state_dict_pre_hook(_load_quant_state)
+            _HOOKED.add(layer)
         count += 1
     return count
+
+
+def _load_quant_state(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Load hook of a sharded bitsandbytes 4-bit layer: take the saved quant state out of `state_dict`
+    and make it the layer's; the packed shard itself is copied into the sharded weight as usual."""
+    import bitsandbytes.functional as bnb_functional
+
+    key = prefix + "weight"
+    stats = {k[len(key) + 1:]: state_dict.pop(k) for k in [k for k in state_dict if k.startswith(key + ".")]}
+    if not stats:
+        return
+    layer: Any = module  # a bitsandbytes Linear4bit
+    layer.quant_state = bnb_functional.QuantState.from_dict(stats, device=layer.weight.device)
+    address_quant_state(layer)
 
 
 def address_quant_state(layer: nn.Module) -> None:

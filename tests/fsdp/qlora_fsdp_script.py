@@ -2,7 +2,9 @@
 
     qlora_fsdp_script.py save FOLDER     train STEPS steps, saving the state after half of them
     qlora_fsdp_script.py resume FOLDER   build the model from another seed, load FOLDER, train the rest
-    qlora_fsdp_script.py transformers FOLDER STORAGE   the Llama saved in FOLDER, quantized by transformers
+    qlora_fsdp_script.py transformers FOLDER STORAGE   the Llama saved in FOLDER, quantized by transformers;
+        trained STEPS steps, its state saved in FOLDER/state after half of them
+    qlora_fsdp_script.py transformers_resume FOLDER STORAGE   another Llama (FOLDER) loads that state
 
 Each rank reports its losses, what it holds of each kind of parameter, a checksum of its shards of the
 quantized bases (before and after loading), and the dequantized bases get_state_dict gathers.
@@ -82,8 +84,9 @@ def checksum(model: torch.nn.Module) -> list[int]:
     return [packed, round(scales, 6)]
 
 
-def transformers_run(folder: str, storage: str) -> None:
-    """QLoRA on a model transformers quantized (no BitsandbytesKwargs): sharded the same way."""
+def transformers_run(folder: str, storage: str, state: str | None) -> None:
+    """QLoRA on a model transformers quantized (no BitsandbytesKwargs): sharded the same way. With `state`,
+    that checkpoint is loaded first and the second half trained."""
     plugin = FullyShardedDataParallelPlugin(
         auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["LlamaDecoderLayer"]
     )
@@ -93,13 +96,22 @@ def transformers_run(folder: str, storage: str) -> None:
     base = bases(model)
     report("base_sharded", all(isinstance(p, DTensor) and p.placements == (Shard(0),) for p in base.values()))
     report("base_frozen", [len(base), all(not p.requires_grad and p.dtype == getattr(torch, storage) for p in base.values())])
-    report("losses", train(accelerator, model, accelerator.prepare(optimizer_for(model)), range(STEPS)))
+    optimizer = accelerator.prepare(optimizer_for(model))
+    if state is not None:
+        accelerator.load_state(state)
+        report("checksum", checksum(model))
+        report("resumed_losses", train(accelerator, model, optimizer, range(HALF, STEPS)))
+    else:
+        losses = train(accelerator, model, optimizer, range(HALF))
+        report("checksum", checksum(model))
+        accelerator.save_state(f"{folder}/state")
+        report("losses", losses + train(accelerator, model, optimizer, range(HALF, STEPS)))
     accelerator.end_training()
 
 
-def main(mode: str, folder: str, storage: str = "") -> None:
-    if mode == "transformers":
-        transformers_run(folder, storage)
+def main(mode: str, folder: str, storage: str = "", state: str | None = None) -> None:
+    if mode.startswith("transformers"):
+        transformers_run(folder, storage, state)
         return
     if mode == "save":
         accelerator, model, optimizer = build(seed=0)
@@ -119,4 +131,4 @@ def main(mode: str, folder: str, storage: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

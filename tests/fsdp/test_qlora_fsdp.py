@@ -92,7 +92,7 @@ def test_load_state_restores_the_bases_adapters_and_optimizer(runs) -> None:
 
 
 @pytest.mark.parametrize("storage", ["uint8", "float32"])
-def test_a_model_quantized_by_transformers_is_sharded_and_trains_like_one_process(tmp_path: Path, storage: str) -> None:
+def test_a_model_quantized_by_transformers_is_sharded_trains_like_one_process_and_resumes(tmp_path: Path, storage: str) -> None:
     make_llama(0).save_pretrained(tmp_path)
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(load_quantized_by_transformers(str(tmp_path), getattr(torch, storage)))
@@ -103,6 +103,14 @@ def test_a_model_quantized_by_transformers_is_sharded_and_trains_like_one_proces
     assert run.of("base_sharded") == [True, True] and run.of("base_frozen") == [[14, True]] * 2
     for losses in run.of("losses"):
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference), rtol=LOSS_TOLERANCE, atol=0)
+    if storage == "uint8":  # its checkpoint, loaded by a model quantized from other weights
+        other = tmp_path / "other"
+        make_llama(1).save_pretrained(other)
+        resumed = launch(SCRIPT, "transformers_resume", str(other), storage, str(tmp_path / "state"), timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-4000:]
+        assert resumed.of("checksum") == run.of("checksum")
+        for full, second in zip(run.of("losses"), resumed.of("resumed_losses")):
+            assert second == full[STEPS // 2:]
 
 
 @pytest.mark.filterwarnings("ignore:.*will be slow here")  # the int8 modes compute in float16 (tiny probe)
