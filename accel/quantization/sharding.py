@@ -69,10 +69,13 @@ def address_quant_states(model: nn.Module) -> int:
     Layers accel did not quantize (transformers', a user's) also get a load hook that takes the saved
     quant state (bitsandbytes' own loading leaves those entries unexpected); accel's load it themselves.
     """
+    layers = [layer for _, layer in four_bit_layers(model)]
+    if not layers:  # also: bitsandbytes not imported, which accel.quantization.layers would import
+        return 0
     from accel.quantization.layers import QuantLinear4bit
 
     count = 0
-    for _, layer in four_bit_layers(model):
+    for layer in layers:
         if not isinstance(layer.weight, torch.nn.Parameter) or type(layer.weight).__name__ == "Params4bit":
             continue
         address_quant_state(layer)

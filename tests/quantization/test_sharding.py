@@ -34,3 +34,14 @@ def test_float_storage_that_mixed_precision_would_cast_is_refused_naming_the_set
                                                       (torch.float32, None)])
 def test_storage_that_is_not_cast_is_accepted(storage: torch.dtype, param_dtype: torch.dtype | None) -> None:
     check_quant_storage(_model(storage), param_dtype)
+
+
+def test_a_model_without_bitsandbytes_layers_needs_no_bitsandbytes() -> None:
+    """shard_model runs these for every FSDP model: without 4-bit layers they must not import bitsandbytes."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from accel.quantization.sharding import address_quant_states, check_quant_storage; "
+            "m = torch.nn.Linear(2, 2); assert address_quant_states(m) == 0; check_quant_storage(m, torch.bfloat16); "
+            "assert 'bitsandbytes' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
