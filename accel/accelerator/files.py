@@ -40,7 +40,9 @@ class FilesMixin:
         if unwrap:
             model = self.unwrap_model(model, keep_torch_compile=False)
         if dequantize and self.quantizer is not None:
-            return self.quantizer.model_state_dict(model, dequantize=True)
+            # sharded by FSDP: gathered first (every process must call), then dequantized on the main process
+            gathered = self.strategy.full_state_dict(model) if self.strategy.shards_parameters else None
+            return self.quantizer.model_state_dict(model, dequantize=True, gathered=gathered)
         if _dispatched_by_accelerate(model):
             # weights offloaded to the CPU or disk by Accelerate's dispatch_model/load_checkpoint_and_dispatch
             # sit on the meta device; Accelerate's own helper loads them back one module at a time

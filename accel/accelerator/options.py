@@ -204,10 +204,7 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
             "(from accel.utils import FullyShardedDataParallelPlugin)."
         )
     if quantizer is not None:
-        raise ValueError(
-            "Accelerator got BitsandbytesKwargs and fsdp_plugin: quantized layers are not sharded by fully_shard in "
-            "accel; use one or the other."
-        )
+        quantizer.check_sharding()
     precision.configure_fsdp()
     # the plugin's __post_init__ made a dict of fields a MixedPrecisionPolicy
     mixed_precision_policy(precision.fsdp_precision, cast("MixedPrecisionPolicy | None", plugin.mixed_precision_policy))

@@ -23,6 +23,7 @@ from accel._warnings import warn_once
 from accel.distributed.process_state import ProcessState
 from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
+from accel.quantization.sharding import address_quant_states, check_quant_storage
 
 
 def shard_model(
@@ -61,6 +62,7 @@ def shard_model(
             UserWarning,
         )
         return model
+    check_quant_storage(model, policy.param_dtype)
     mesh = mesh if mesh is not None else init_device_mesh(device.type, (process_state.num_processes,))
     reshard_after_forward = plugin.reshard_after_forward
     offload_policy = plugin.offload_policy or OffloadPolicy()
@@ -71,6 +73,7 @@ def shard_model(
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
                 offload_policy=offload_policy)
     restore_parameter_attributes(model, attributes)
+    address_quant_states(model)  # bitsandbytes 4-bit weights: their quant state reachable for checkpoints
     return model
 
 

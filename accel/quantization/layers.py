@@ -27,6 +27,7 @@ import bitsandbytes as bnb
 import bitsandbytes.functional as bnb_functional
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from accel.quantization.modes import QuantMode
 
@@ -63,10 +64,13 @@ class QuantLinear4bit(bnb.nn.Linear4bit):
         self.quant_mode = mode.name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bnb.nn.modules.fix_4bit_weight_quant_state_from_module(self)
+        # The layer's own quant state: under FSDP2 the weight is the plain tensor all-gathered for this
+        # forward, which carries none (bitsandbytes' fix-up would re-register a new Params4bit each time).
+        weight = self.weight
+        state = weight.quant_state if isinstance(weight, bnb.nn.Params4bit) else self.quant_state
         with _compute(x.device.type):
             bias = None if self.bias is None else self.bias.to(self.compute_dtype)
-            out = bnb.matmul_4bit(x.to(self.compute_dtype), self.weight, bias=bias, quant_state=self.weight.quant_state)
+            out = bnb.matmul_4bit(x.to(self.compute_dtype), weight, bias=bias, quant_state=state)
         return out.to(x.dtype)
 
     def quantize_weight(self, weight: torch.Tensor) -> None:
@@ -99,10 +103,37 @@ class QuantLinear4bit(bnb.nn.Linear4bit):
             missing.remove(key)
         if key not in state_dict:
             missing.append(key)
+        elif isinstance(self.weight, DTensor):
+            self._load_shard(state_dict[key], stats, key)
         elif state_dict[key].is_floating_point():
             self.quantize_weight(state_dict[key])
         else:
             self._load_quantized(state_dict[key], stats, key)
+
+    def _load_shard(self, data: torch.Tensor, stats: dict[str, torch.Tensor], key: str) -> None:
+        """Under FSDP2: copy the saved packed shard into the sharded weight in place (FSDP owns that
+        Parameter) and take the saved quant state, which every process holds whole."""
+        if data.is_floating_point() or not stats:
+            raise RuntimeError(
+                f"{key}: a model sharded by FSDP loads quantized weights with their quant state (the checkpoints "
+                "save_state writes); it got a floating-point weight. Load full-precision weights before prepare()."
+            )
+        state = bnb_functional.QuantState.from_dict(dict(stats), device=self.weight.device)
+        self._check_mode(state, key)
+        with torch.no_grad():
+            self.weight.copy_(data)
+        from accel.quantization.sharding import address_quant_state
+
+        self.quant_state = state
+        address_quant_state(self)
+
+    def _check_mode(self, state: Any, key: str) -> None:
+        if (state.quant_type, state.nested) != (self.weight.quant_type, self.weight.compress_statistics):
+            saved = state.quant_type + ("-dq" if state.nested else "")
+            raise RuntimeError(
+                f"{key} was saved in mode {saved!r}, but this layer runs {self.quant_mode!r}; load it with "
+                f"BitsandbytesKwargs(mode={saved!r}), or load dequantized weights (get_state_dict(..., dequantize=True))."
+            )
 
     def _load_quantized(self, data: torch.Tensor, stats: dict[str, torch.Tensor], key: str) -> None:
         if not stats:
@@ -111,12 +142,7 @@ class QuantLinear4bit(bnb.nn.Linear4bit):
                 "missing; save the model with its whole state_dict (accelerator.save_model does)."
             )
         state = bnb_functional.QuantState.from_dict(dict(stats), device=data.device)
-        if (state.quant_type, state.nested) != (self.weight.quant_type, self.weight.compress_statistics):
-            saved = state.quant_type + ("-dq" if state.nested else "")
-            raise RuntimeError(
-                f"{key} was saved in mode {saved!r}, but this layer runs {self.quant_mode!r}; load it with "
-                f"BitsandbytesKwargs(mode={saved!r}), or load dequantized weights (get_state_dict(..., dequantize=True))."
-            )
+        self._check_mode(state, key)
         device = self.weight.device if self.weight.device.type != "meta" else data.device
         self.weight = bnb.nn.Params4bit.from_prequantized(data, dict(stats), device=device, module=self)
 

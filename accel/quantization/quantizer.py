@@ -92,11 +92,38 @@ class Quantizer:
             )
         return building_quantized(self.mode, self.compute_dtype)
 
-    def model_state_dict(self, model: nn.Module, dequantize: bool = False) -> dict[str, torch.Tensor]:
-        """The model's weights: quantized with their quant state (default), or dequantized to floating point."""
-        from accel.quantization.state_dict import dequantized_state_dict, quantized_state_dict
+    def model_state_dict(
+        self, model: nn.Module, dequantize: bool = False, gathered: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The model's weights: quantized with their quant state (default), or dequantized to floating point.
 
+        `gathered`: the full state_dict of a model sharded by FSDP (as the strategy gathered it), whose
+        4-bit weights are dequantized from their gathered packed values.
+        """
+        from accel.quantization.state_dict import dequantize_gathered, dequantized_state_dict, quantized_state_dict
+
+        if gathered is not None:
+            return dequantize_gathered(gathered, model) if dequantize else gathered
         return dequantized_state_dict(model) if dequantize else quantized_state_dict(model)
+
+    def check_sharding(self) -> None:
+        """Raise ValueError, at construction, when this mode cannot be sharded by FSDP2 (fsdp_plugin).
+
+        The 4-bit modes shard: each frozen packed weight is split over the processes like any other
+        parameter and all-gathered for its layer's forward, its quant state (a few scales) kept whole on
+        every process. The int8 modes keep their row scales beside the weight, outside any parameter, so
+        a shard would be multiplied by the wrong scales; int8-training re-quantizes its trainable weight
+        from a copy FSDP frees after each forward. Example: `Accelerator(fsdp_plugin=plugin,
+        kwarg_handlers=[BitsandbytesKwargs(mode="nf4", dtype=torch.float32)])` runs QLoRA sharded.
+        """
+        if self.mode.is_4bit:
+            return
+        raise ValueError(
+            f"BitsandbytesKwargs(mode={self.mode.name!r}) with fsdp_plugin (use_fsdp) cannot run: FSDP2 shards only "
+            "the 4-bit modes' frozen packed weights; the int8 modes keep row scales outside the weight that a shard "
+            "cannot carry. Use mode 'nf4', 'nf4-dq', 'fp4' or 'fp4-dq' (QLoRA) with FSDP, or keep "
+            f"{self.mode.name!r} without fsdp_plugin (DDP replicates the quantized model on every process)."
+        )
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Raise ValueError when `optimizer` holds full-precision weights that quantization replaced."""

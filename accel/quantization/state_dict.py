@@ -6,6 +6,7 @@ Needs bitsandbytes (imports accel.quantization.layers).
 
 from __future__ import annotations
 
+import bitsandbytes.functional as bnb_functional
 import torch
 from torch import nn
 
@@ -43,3 +44,17 @@ def _belongs_to_weight(key: str, prefix: str) -> bool:
         return False
     rest = key[len(prefix):]
     return rest == "weight" or rest.startswith("weight.") or rest in ("SCB", "weight_format")
+
+
+def dequantize_gathered(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """`state`, the full state_dict gathered from a model sharded by FSDP (empty on processes other than
+    the main one), with each 4-bit weight dequantized from its gathered packed values and quant state,
+    in place. The int8 modes do not run under FSDP, so only 4-bit layers are met here."""
+    for name, module in model.named_modules(remove_duplicate=False):
+        key = f"{name}.weight" if name else "weight"
+        if not isinstance(module, QUANTIZED_LAYERS) or key not in state:
+            continue
+        stats = {k[len(key) + 1:]: state.pop(k) for k in [k for k in state if k.startswith(key + ".")]}
+        quant_state = bnb_functional.QuantState.from_dict(stats, device=state[key].device)
+        state[key] = bnb_functional.dequantize_4bit(state[key], quant_state)
+    return state

@@ -188,7 +188,7 @@ def test_launch_refuses_before_starting(run_accel, show_env_script: Path, one_er
 
 
 @pytest.mark.parametrize(("values", "expected"), [
-    ({"bnb_mode": "nf4", "use_fsdp": True}, "BitsandbytesKwargs and fsdp_plugin"),
+    ({"bnb_mode": "int8", "use_fsdp": True}, "BitsandbytesKwargs(mode='int8') with fsdp_plugin (use_fsdp) cannot run"),
     ({"bnb_mode": "int8", "bnb_dtype": "bfloat16"}, "the int8 modes (LLM.int8()) quantize activations through float16"),
     ({"bnb_mode": "nf4", "mixed_precision": "fp8"}, "with mixed_precision='fp8' cannot run: both replace"),
 ])

@@ -2,7 +2,7 @@
 
 Only modes that run on the training device can be chosen: each is tried there (a real forward and
 backward through accel.quantization.capability), and one that cannot run is shown with the reason.
-Not asked with fp8 (both replace the Linear layers) or FSDP (quantized layers are not sharded).
+Not asked with fp8 (both replace the Linear layers); with FSDP only the 4-bit modes (which it shards) can be chosen.
 """
 
 from __future__ import annotations
@@ -20,19 +20,17 @@ MODE, DTYPE, IGNORE = (BNB_SETTINGS_BY_KEY[key] for key in ("mode", "dtype", "ig
 _NO = "no"
 _DEFAULT_DTYPE = "default"
 INT8_DTYPE_REASON = "the int8 modes compute in float16 only (LLM.int8())"
+FSDP_REASON = "FSDP shards the 4-bit modes only"
 
 
 def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[str, Any]) -> Answers:
     """The bnb_config answers ({} for no quantization), given the precision and FSDP answers so far."""
-    if answers.get(USE_FSDP.name):
-        print("  bitsandbytes quantization: not asked, FSDP does not shard quantized layers")
-        return {}
     if answers.get(MIXED_PRECISION.name) == RECIPE_PRECISION:
         print("  bitsandbytes quantization: not asked, fp8 replaces the same Linear layers")
         return {}
     mode = ask_select(
         "Quantize the Linear weights with bitsandbytes (stored in 4 or 8 bits; QLoRA)?",
-        [Option(_NO, f"{_NO:<14} keep them as they are"), *_mode_options(device)],
+        [Option(_NO, f"{_NO:<14} keep them as they are"), *_mode_options(device, bool(answers.get(USE_FSDP.name)))],
         current.get(MODE.name, MODE.default) if _configured(current) else _NO,
     )
     if mode == _NO:
@@ -52,14 +50,19 @@ def _configured(current: Mapping[str, Any]) -> bool:
     return any(setting.name in current for setting in BNB_SETTINGS_BY_KEY.values())
 
 
-def _mode_options(device: Any) -> list[Option]:
-    """Every mode, with what it stores, and why it cannot run on `device` where it cannot."""
+def _mode_options(device: Any, fsdp: bool) -> list[Option]:
+    """Every mode, with what it stores, and why it cannot run on `device` (or under FSDP) where it cannot."""
     from accel.quantization.capability import supported_modes
     from accel.quantization.modes import MODES
 
+    def reason(mode: str, device_reason: str | None) -> str | None:
+        if fsdp and not MODES[mode].is_4bit:
+            return FSDP_REASON
+        return short_reason(device_reason)
+
     return [
-        Option(mode, f"{mode:<14} {MODES[mode].describe()}", short_reason(reason))
-        for mode, reason in supported_modes(device).items()
+        Option(mode, f"{mode:<14} {MODES[mode].describe()}", reason(mode, device_reason))
+        for mode, device_reason in supported_modes(device).items()
     ]
 
 
