@@ -259,3 +259,10 @@ def check_world(sizes: Mapping[str, int], world: int, *, fsdp: bool, where: str 
             "fsdp_plugin=FullyShardedDataParallelPlugin() (accel launch --use_fsdp, or distributed_type: FSDP), or use "
             "dp_replicate_size alone for DDP."
         )
+    if given["tp_size"] > 1 and given["dp_replicate_size"] > 1 and given["dp_shard_size"] == 1:
+        raise ValueError(
+            f"{where}: tp_size={given['tp_size']} with dp_replicate_size={given['dp_replicate_size']} and dp_shard_size=1: "
+            "tensor parallelism does not compose with pure data parallelism (DDP) in torch. Give the data-parallel "
+            f"processes as dp_shard_size={given['dp_replicate_size']} with FSDP (FSDP2 + TP), or dp_shard_size > 1 as "
+            "well (HSDP + TP)."
+        )

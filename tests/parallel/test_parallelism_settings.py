@@ -13,7 +13,6 @@ from launching import launch
 from accel.cli.config.file import ConfigFile, load_config, render
 from accel.cli.errors import CliError
 from accel.cli.launch.plan import plan_launch
-from accel.parallel.config import tensor_parallel_available
 
 ACCELERATE_HSDP = {
     "compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP", "use_cpu": True, "num_processes": 4,
@@ -72,9 +71,8 @@ def test_accels_config_file_writes_the_section_and_reads_it_back(tmp_path: Path)
     ({"num_processes": 2, "use_fsdp": True, **SIZES}, r"= 4 processes, but the world size \(num_processes\) is 2"),
     ({"num_processes": 4, **SIZES}, "dp_shard_size=2 shards the model with FSDP2, but FSDP is not on"),
     ({"num_processes": 2, "parallelism_config_cp_size": 2}, "context parallelism"),
-    *([] if tensor_parallel_available() else [
-        ({"num_processes": 2, "parallelism_config_tp_size": 2}, "tensor parallelism .* is not available"),
-    ]),
+    ({"num_processes": 4, "parallelism_config_dp_replicate_size": 2, "parallelism_config_tp_size": 2},
+     "tensor parallelism does not compose with pure data parallelism"),
 ])
 def test_launch_refuses_bad_sizes_before_any_process_starts(tmp_path: Path, values: dict, words: str) -> None:
     config = ConfigFile(tmp_path / "c.yaml", "--config_file", values, exists=True)
