@@ -68,12 +68,21 @@ def test_declining_fsdp_asks_nothing_more(monkeypatch: pytest.MonkeyPatch) -> No
     assert wizard_fsdp.ask_fsdp({}, 2) == {} and len(script.asked) == 1
 
 
-@pytest.mark.parametrize("answers", [{"use_fsdp": True}, {"mixed_precision": "fp8"}])
-def test_quantization_is_not_asked_with_fsdp_or_fp8(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any],
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("answers", [{"mixed_precision": "fp8"}])
+def test_quantization_is_not_asked_with_fp8(monkeypatch: pytest.MonkeyPatch, answers: dict[str, Any],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     script = scripted(monkeypatch, wizard_bnb, {})
     assert wizard_bnb.ask_quantization({}, torch.device("cpu"), answers) == {}
     assert script.asked == [] and "bitsandbytes quantization: not asked" in capsys.readouterr().out
+
+
+def test_with_fsdp_the_int8_modes_are_shown_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP2 shards the 4-bit modes (QLoRA); the int8 modes keep their row scales outside the weight."""
+    script = scripted(monkeypatch, wizard_bnb, {"Quantize": "no"})
+    assert wizard_bnb.ask_quantization({}, torch.device("cpu"), {"use_fsdp": True}) == {}
+    [options] = script.offered.values()
+    refused = {o.value for o in options if o.unavailable and "FSDP shards the 4-bit modes only" in o.unavailable}
+    assert refused == {"int8", "int8-training"}
 
 
 def test_modes_that_cannot_run_are_offered_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

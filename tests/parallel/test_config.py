@@ -13,6 +13,7 @@ import accel.parallelism_config
 import accel.utils
 from accel.distributed.process_state import ProcessState
 from accel.fsdp import FullyShardedDataParallelPlugin
+from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig
 from accel.parallel import layout
 from accel.parallel.config import ParallelismConfig, check_world
 
@@ -75,7 +76,8 @@ def test_the_environment_asks_for_a_config_as_either_launcher_does(monkeypatch: 
     ({"tp_size": 0}, ValueError, "ParallelismConfig.tp_size=0 must be an int >= 1"),
     ({"dp_shard_size": "2"}, TypeError, "dp_shard_size"),
     ({"cp_backend": "ring"}, ValueError, "cp_backend"),
-    ({"tp_handler": object()}, ValueError, "with tp_size=1: the handler configures tensor parallelism"),
+    ({"tp_handler": TorchTensorParallelConfig()}, ValueError, "with tp_size=1: the handler configures tensor parallelism"),
+    ({"tp_handler": object(), "tp_size": 2}, TypeError, "give a TorchTensorParallelConfig"),
 ])
 def test_bad_sizes_are_refused_at_construction(sizes: dict, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words):
