@@ -41,7 +41,13 @@ from accel.kwargs_handlers import (
 )
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer, create_quantizer
-from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, SCHEDULER_PER_OPTIMIZER_STEP, USE_CPU
+from accel.settings import (
+    ACTIVATION_CHECKPOINTING,
+    GRADIENT_ACCUMULATION_STEPS,
+    MIXED_PRECISION,
+    SCHEDULER_PER_OPTIMIZER_STEP,
+    USE_CPU,
+)
 from accel.tracking.selection import LogWith
 from accel.training import compiling
 from accel.training.accumulation import GradientAccumulationPlugin
@@ -89,6 +95,7 @@ class Accelerator(
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+        activation_checkpointing: bool | str | Sequence[str] | None = None,
     ) -> None:
         check_environment()
         self.rng_types = options.rng_types(rng_types)
@@ -113,6 +120,10 @@ class Accelerator(
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
         self.strategy: ParallelStrategy = options.strategy(self.fsdp_plugin, self.process_state, self.precision, self.handlers)
         """How prepared models are spread over the processes (DDP or FSDP2), chosen here once."""
+        self.activation_checkpointing: bool | tuple[str, ...] = options.setting(
+            ACTIVATION_CHECKPOINTING, activation_checkpointing, lambda arg, v: ACTIVATION_CHECKPOINTING.check(v, arg)
+        )
+        """Blocks whose activations prepare() has recomputed in backward: False, True (found) or class names."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(

@@ -15,7 +15,6 @@ from typing import cast
 
 import torch
 from torch import nn
-from torch.distributed._composable import checkpoint as checkpoint_activations
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
@@ -23,6 +22,7 @@ from accel._warnings import warn_once
 from accel.distributed.process_state import ProcessState
 from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
+from accel.training.blocks import checkpoint_modules
 
 
 def shard_model(
@@ -46,8 +46,7 @@ def shard_model(
     policy = mixed_precision_policy(precision_name, given)
     units = modules_to_shard(model, plugin)
     if plugin.activation_checkpointing:
-        for unit in units:
-            checkpoint_activations(unit)
+        checkpoint_modules(units)  # the same code as Accelerator(activation_checkpointing=...); skips blocks it did
     if not process_state.distributed:
         warn_once(
             "FullyShardedDataParallelPlugin (or use_fsdp) with one process: there is nothing to shard, so the "

@@ -46,7 +46,6 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "tpu_use_sudo": (False,),
     "use_mps_device": (False,),
     "dynamo_backend": ("NO", "no"),
-    "dynamo_use_regional_compilation": (False,),
     "interval": (1,),
     "override_linear_precision": ([False, False, False],),
 }
