@@ -41,7 +41,8 @@ def test_each_block_is_compiled_in_place_and_the_model_keeps_its_names() -> None
     assert type(model).__name__ == "TinyTransformer"  # not torch.compile's wrapper
     assert all(_compiled(block) for block in model.blocks)
     assert not _compiled(model) and not _compiled(model.blocks)  # the loop over the blocks runs eagerly
-    assert all(_compiled(part) for part in (model.embed, model.norm, model.head))  # the rest: a region each
+    # the rest: a region each, as Accelerate marks them (torch.compile runs torch's own bare layers eagerly)
+    assert all(_compiled(part) for part in (model.embed, model.norm, model.head))
     assert list(result["weights"]) == list(make_transformer().state_dict())  # no _orig_mod. anywhere
 
 
