@@ -242,3 +242,25 @@ class DtypeKind(Kind):
 
     def format(self, value: Any) -> str:
         return "" if value is None else str(value)
+
+
+class BlocksKind(Kind):
+    """Which blocks: True (found in the model), False (none), or class names (a list or comma-separated text)."""
+
+    accepted = "true (the model's repeated blocks), false, or class names such as Block,DecoderLayer"
+
+    def check(self, value: Any, source: str) -> bool | tuple[str, ...]:
+        if isinstance(value, bool):
+            return value
+        try:
+            names = NamesKind().check(value, source)
+        except ValueError:
+            raise _rejected(source, value, self.accepted) from None
+        return names if names else False
+
+    def from_text(self, text: str, source: str) -> bool | tuple[str, ...]:
+        lowered = text.strip().lower()
+        return parse_bool(lowered, source) if lowered in _TRUE + _FALSE else self.check(text, source)
+
+    def format(self, value: Any) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else ",".join(value)

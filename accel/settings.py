@@ -44,6 +44,7 @@ from accel.kwargs_handlers.fp8 import (
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
+    BlocksKind,
     BoolKind,
     ChoiceKind,
     DtypeKind,
@@ -212,13 +213,21 @@ SCHEDULER_PER_OPTIMIZER_STEP = Setting(
     "(default false: Accelerate's count, once per process per optimizer step, once under split_batches)",
 )
 
-ACCELERATOR_SETTINGS = (MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP)
+ACTIVATION_CHECKPOINTING = Setting(
+    "activation_checkpointing", BlocksKind(), False, keyword="activation_checkpointing",
+    help="recompute each block's activations in backward instead of keeping them: true (the model's repeated blocks) "
+    "or the blocks' class names",
+)
+ACCELERATOR_SETTINGS = (
+    MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
+)
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
 LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE)
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, SCHEDULER_PER_OPTIMIZER_STEP,
+    ACTIVATION_CHECKPOINTING,
 )
 """Top-level keys of config.yaml, in the order they are written."""
 
@@ -282,9 +291,13 @@ DYNAMO_USE_DYNAMIC = Setting(
     "dynamo_use_dynamic", BoolKind(), None, section=DYNAMO_SECTION,
     help="compile for dynamic shapes (true) or static ones (false); unset lets torch decide",
 )
-DYNAMO_SETTINGS = (DYNAMO_BACKEND, DYNAMO_MODE, DYNAMO_USE_FULLGRAPH, DYNAMO_USE_DYNAMIC)
-"""torch.compile's settings, under dynamo_config in YAML; TorchDynamoPlugin's fields backend, mode,
-fullgraph and dynamic (read by the Accelerator where the script leaves them unset)."""
+DYNAMO_USE_REGIONAL_COMPILATION = Setting(
+    "dynamo_use_regional_compilation", BoolKind(), False, section=DYNAMO_SECTION,
+    help="compile each repeated block (and each other part) on its own, not the whole model: shorter compile",
+)
+DYNAMO_SETTINGS = (DYNAMO_BACKEND, DYNAMO_MODE, DYNAMO_USE_FULLGRAPH, DYNAMO_USE_DYNAMIC, DYNAMO_USE_REGIONAL_COMPILATION)
+"""torch.compile's settings, under dynamo_config in YAML; TorchDynamoPlugin's fields backend, mode, fullgraph,
+dynamic and use_regional_compilation (read by the Accelerator where the script leaves them unset)."""
 DYNAMO_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in DYNAMO_SETTINGS}
 USE_FSDP = Setting(
     "use_fsdp", BoolKind(), False,

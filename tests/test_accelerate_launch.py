@@ -142,7 +142,6 @@ def test_each_accelerate_variable_derives_from_the_setting_name() -> None:
     ("variable", "value", "message"),
     [
         ("ACCELERATE_USE_DEEPSPEED", "true", "DeepSpeed"),
-        ("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "True", "regional compilation"),
         ("ACCELERATE_FP8_BACKEND", "TE", "does not read Accelerate's FP8 variables"),
         ("OMPI_COMM_WORLD_SIZE", "2", "started by MPI"),
     ],

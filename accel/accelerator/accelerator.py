@@ -46,7 +46,13 @@ from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelPlugin
 from accel.parallel import layout
 from accel.parallel.config import ParallelismConfig
 from accel.quantization import Quantizer, create_quantizer
-from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION, SCHEDULER_PER_OPTIMIZER_STEP, USE_CPU
+from accel.settings import (
+    ACTIVATION_CHECKPOINTING,
+    GRADIENT_ACCUMULATION_STEPS,
+    MIXED_PRECISION,
+    SCHEDULER_PER_OPTIMIZER_STEP,
+    USE_CPU,
+)
 from accel.tracking.selection import LogWith
 from accel.training import compiling, meta_init
 from accel.training.accumulation import GradientAccumulationPlugin
@@ -108,6 +114,7 @@ class Accelerator(
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
         parallelism_config: ParallelismConfig | None = None,
         torch_tp_plugin: TorchTensorParallelPlugin | None = None,
+        activation_checkpointing: bool | str | Sequence[str] | None = None,
     ) -> None:
         check_environment()
         self.rng_types = options.rng_types(rng_types)
@@ -140,6 +147,10 @@ class Accelerator(
             self.torch_device_mesh,
         )
         """How prepared models are spread over the processes (DDP, FSDP2, HSDP, TP), chosen here once."""
+        self.activation_checkpointing: bool | tuple[str, ...] = options.setting(
+            ACTIVATION_CHECKPOINTING, activation_checkpointing, lambda arg, v: ACTIVATION_CHECKPOINTING.check(v, arg)
+        )
+        """Blocks whose activations prepare() has recomputed in backward: False, True (found) or class names."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(

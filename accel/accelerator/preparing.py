@@ -25,6 +25,7 @@ from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.quantization import Quantizer
 from accel.training import compiling, meta_init
 from accel.training import model as model_utils
+from accel.training.blocks import checkpoint_blocks
 from accel.training.gradient_state import GradientState
 from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.prepared import PreparedObjects
@@ -51,6 +52,7 @@ class PrepareMixin:
     gradient_state: GradientState
     dataloader_config: DataLoaderConfiguration
     dynamo_plugin: TorchDynamoPlugin
+    activation_checkpointing: bool | tuple[str, ...]
     device_placement: bool
     step_scheduler_with_optimizer: bool
     scheduler_per_optimizer_step: bool
@@ -114,6 +116,7 @@ class PrepareMixin:
             keep_masters=not evaluation_mode,
         )
         if not evaluation_mode:
+            checkpoint_blocks(model, self.activation_checkpointing)  # before FSDP's units and compiling, as Accelerate
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
         model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
         self.prepared.models.append(model)

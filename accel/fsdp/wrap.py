@@ -15,7 +15,6 @@ from typing import cast
 
 import torch
 from torch import nn
-from torch.distributed._composable import checkpoint as checkpoint_activations
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
@@ -24,6 +23,7 @@ from accel.distributed.process_state import ProcessState
 from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
 from accel.quantization.sharding import address_quant_states, check_quant_storage
+from accel.training.blocks import checkpoint_modules
 
 
 def shard_model(
@@ -51,8 +51,7 @@ def shard_model(
     policy = mixed_precision_policy(precision_name, given)
     units = modules_to_shard(model, plugin)
     if plugin.activation_checkpointing:
-        for unit in units:
-            checkpoint_activations(unit)
+        checkpoint_modules(units)  # the same code as Accelerator(activation_checkpointing=...); skips blocks it did
     if not process_state.distributed:
         warn_once(
             "FullyShardedDataParallelPlugin (or use_fsdp) with one process: there is nothing to shard, so the "

@@ -79,8 +79,9 @@ class TorchDynamoPlugin(KwargsHandler):
     "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"), `fullgraph`
     (raise at a graph break instead of splitting), `dynamic` (None lets torch decide), `options`
     (a dict for the backend; not with a mode other than "default"), `disable` (torch.compile's
-    no-op switch). A field left as None takes its ACCEL_DYNAMO_* variable, else its default.
-    `use_regional_compilation` is accepted as False only (accel compiles the whole model).
+    no-op switch), `use_regional_compilation` (compile each repeated block, and each other part,
+    on its own, in place: shorter compiles; docs/compile.md). A field left as None takes its
+    ACCEL_DYNAMO_* variable, else its default.
     """
 
     backend: Any = None
@@ -103,11 +104,10 @@ class TorchDynamoPlugin(KwargsHandler):
         if not isinstance(self.disable, bool):
             raise TypeError(f"TorchDynamoPlugin.disable={self.disable!r} must be True or False.")
         self._check_options()
-        if self.use_regional_compilation:
-            raise ValueError(
-                "TorchDynamoPlugin(use_regional_compilation=True) is not supported: accel compiles the whole model "
-                "with torch.compile. Leave it out; to compile repeated blocks yourself, call torch.compile on each "
-                "block before prepare()."
+        if self.use_regional_compilation is not None and not isinstance(self.use_regional_compilation, bool):
+            raise TypeError(
+                f"TorchDynamoPlugin.use_regional_compilation={self.use_regional_compilation!r} must be True, False "
+                "or None."
             )
 
     def _check_options(self) -> None:

@@ -14,13 +14,21 @@ import importlib.util
 import os
 import sys
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin, backend_name, check_mode
-from accel.settings import DYNAMO_BACKEND, DYNAMO_MODE, DYNAMO_USE_DYNAMIC, DYNAMO_USE_FULLGRAPH, Setting
+from accel.settings import (
+    DYNAMO_BACKEND,
+    DYNAMO_MODE,
+    DYNAMO_USE_DYNAMIC,
+    DYNAMO_USE_FULLGRAPH,
+    DYNAMO_USE_REGIONAL_COMPILATION,
+    Setting,
+)
+from accel.training.blocks import is_repeated_blocks
 
 _LIBRARIES = {"tvm": "tvm", "onnxrt": "onnxruntime", "hpu_backend": "habana_frameworks", "neuron": "torch_neuronx"}
 """Backends torch lists but that need a library to run, and that library's module."""
@@ -51,6 +59,7 @@ def resolve(dynamo_backend: Any, plugin: TorchDynamoPlugin | None, device: torch
     resolved = TorchDynamoPlugin(
         backend=backend, mode=mode, fullgraph=_setting(DYNAMO_USE_FULLGRAPH, given.fullgraph),
         dynamic=_setting(DYNAMO_USE_DYNAMIC, given.dynamic), options=given.options, disable=given.disable,
+        use_regional_compilation=_setting(DYNAMO_USE_REGIONAL_COMPILATION, given.use_regional_compilation),
     )
     if backend != "no":
         check_runs_here(backend, mode, device)
@@ -123,8 +132,52 @@ def is_compiled(model: Any) -> bool:
     return dynamo is not None and isinstance(model, dynamo.OptimizedModule)
 
 
+def has_compiled_regions(model: nn.Module) -> bool:
+    """Whether a submodule of `model` (or `model`) is compiled: torch.compile's wrapper, or compiled in place."""
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")
+    return any(
+        getattr(module, "_compiled_call_impl", None) is not None
+        or (dynamo is not None and isinstance(module, dynamo.OptimizedModule))
+        for module in model.modules()
+    )
+
+
 def compile_model(model: nn.Module, plugin: TorchDynamoPlugin) -> nn.Module:
-    """`model` compiled as `plugin` says; as it is when the backend is 'no' or it is compiled already."""
+    """`model` compiled as `plugin` says; as it is when the backend is 'no' or it is compiled already.
+
+    With `use_regional_compilation` the model inside DDP is compiled region by region, in place
+    (`compile_regions`), and the same object comes back.
+    """
     if plugin.backend == "no" or is_compiled(model):
         return model
+    if plugin.use_regional_compilation:
+        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        if not has_compiled_regions(inner):
+            compile_regions(inner, **compile_kwargs(plugin))
+        return model
     return torch.compile(model, **compile_kwargs(plugin))  # type: ignore[return-value]  # an OptimizedModule
+
+
+def compile_regions(module: nn.Module, **kwargs: Any) -> nn.Module:
+    """Compile `module` region by region, in place (`module.compile()`), as Accelerate's regional compilation:
+    each block of an `nn.ModuleList` of identical blocks is compiled on its own (the blocks share one
+    compiled code, so a stack of N blocks costs one block's compile, not N), every other part that
+    holds no such list is compiled as one region, and the modules in between run eagerly.
+
+    In place, not wrapped: parameter names, hooks (FSDP2's per-block all-gathers, activation
+    checkpointing) and `isinstance` checks stay as they were. Returns `module`.
+
+    >>> net = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Linear(4, 4) for _ in range(3)]))
+    >>> compiled = compile_regions(net, backend="eager")
+    >>> [m._compiled_call_impl is not None for m in (net, net[0], net[1], net[1][0])]
+    [False, True, False, True]
+    """
+    if is_repeated_blocks(module):
+        for block in cast(nn.ModuleList, module):
+            block.compile(**kwargs)
+    elif any(is_repeated_blocks(submodule) for submodule in module.modules()):
+        for child in module.children():
+            compile_regions(child, **kwargs)
+    else:
+        module.compile(**kwargs)
+    return module

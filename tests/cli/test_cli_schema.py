@@ -23,12 +23,13 @@ SAMPLE_VALUES = {
     "mixed_precision": "bf16", "num_processes": 4, "num_machines": 2, "machine_rank": 1,
     "main_process_ip": "10.0.0.1", "main_process_port": 29501, "use_cpu": True, "gpu_ids": "0,1",
     "gradient_accumulation_steps": 3, "collective_timeout": 90, "rank_exit_grace": 5,
-    "scheduler_per_optimizer_step": True,
+    "scheduler_per_optimizer_step": True, "activation_checkpointing": ("Block", "DecoderLayer"),
     "fp8_backend": "native", "fp8_format": "E4M3", "fp8_margin": 2,
     "fp8_amax_history_len": 16, "fp8_amax_compute_algo": "most_recent", "fp8_scaling": "current",
     "fp8_optimization_level": "O2", "fp8_use_autocast_during_eval": True, "fp8_exclude_modules": ("lm_head", "a.*"),
     "fp8_base_precision": "fp16", "fp8_params": True,
     "dynamo_backend": "inductor", "dynamo_mode": "max-autotune", "dynamo_use_fullgraph": True, "dynamo_use_dynamic": False,
+    "dynamo_use_regional_compilation": True,
     "use_fsdp": True, "fsdp_version": 2, "fsdp_auto_wrap_policy": "transformer_based_wrap",
     "fsdp_transformer_layer_cls_to_wrap": ("Block", "DecoderLayer"), "fsdp_min_num_params": 1000,
     "fsdp_reshard_after_forward": False, "fsdp_offload_params": True, "fsdp_state_dict_type": "FULL_STATE_DICT",
@@ -43,7 +44,7 @@ def test_top_level_names_are_the_documented_keys() -> None:
     assert [s.name for s in TOP_LEVEL_SETTINGS] == [
         "mixed_precision", "num_processes", "num_machines", "machine_rank", "main_process_ip",
         "main_process_port", "use_cpu", "gpu_ids", "gradient_accumulation_steps", "collective_timeout",
-        "rank_exit_grace", "scheduler_per_optimizer_step",
+        "rank_exit_grace", "scheduler_per_optimizer_step", "activation_checkpointing",
     ]
 
 

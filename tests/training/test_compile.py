@@ -170,7 +170,6 @@ def test_bad_options_raise_at_construction(options: dict[str, Any], message: str
     ({"backend": "eager", "mode": "max-autotune"},
      "mode='max-autotune' is not accepted with backend 'eager'.*Use mode 'default'"),
     ({"backend": "inductor", "mode": "max-autotune", "options": {"trace.enabled": True}}, "takes one or the other"),
-    ({"use_regional_compilation": True}, "use_regional_compilation=True\\) is not supported"),
 ])
 def test_bad_plugin_fields_raise(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):

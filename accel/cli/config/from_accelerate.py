@@ -50,7 +50,6 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "tpu_use_sudo": (False,),
     "use_mps_device": (False,),
     "dynamo_backend": ("NO", "no"),
-    "dynamo_use_regional_compilation": (False,),
     "interval": (1,),
     "override_linear_precision": ([False, False, False],),
     "parallelism_config_cp_backend": ("torch",),

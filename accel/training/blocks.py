@@ -1,0 +1,133 @@
+"""The repeated blocks of a model, and activation checkpointing of them.
+
+A transformer is mostly a stack of identical blocks; activation checkpointing and regional
+compilation both act on one block at a time. Which modules are the blocks:
+
+* named classes: every module whose class name is one of them (the outermost, when they nest);
+* else the model's `_no_split_modules` (Hugging Face models list their block classes there), as
+  FSDP's `transformer_based_wrap` finds them;
+* else the repeated blocks: the children of each `nn.ModuleList` whose children all share one
+  class (Accelerate's test for regional compilation), the outermost such lists only.
+
+`checkpoint_modules` is the one place accel turns on activation checkpointing, for
+`Accelerator(activation_checkpointing=...)` and for FSDP's `fsdp_activation_checkpointing` alike:
+torch's composable `checkpoint` keeps each module where it is (parameter names, state dicts and
+FSDP units do not change) and, in backward, recomputes the module's forward (with the RNG state of
+the first run, so dropout draws the same) instead of keeping its intermediate activations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from torch import nn
+from torch.distributed._composable import checkpoint
+from torch.distributed._composable.contract import _get_registry
+
+
+def is_repeated_blocks(module: nn.Module) -> bool:
+    """Whether `module` is an `nn.ModuleList` of at least one module, all of one class (Accelerate's test).
+
+    >>> is_repeated_blocks(nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]))
+    True
+    """
+    if not isinstance(module, nn.ModuleList) or len(module) == 0:
+        return False
+    first = type(module[0])
+    return all(isinstance(child, first) for child in module)
+
+
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The children of the outermost repeated-block lists of `model`, in order (empty when it has none).
+
+    >>> net = nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.ReLU(), nn.ReLU()]))
+    >>> [type(block).__name__ for block in repeated_blocks(net)]
+    ['ReLU', 'ReLU']
+    """
+    if is_repeated_blocks(model):
+        return list(cast(nn.ModuleList, model))
+    return [block for child in model.children() for block in repeated_blocks(child)]
+
+
+def class_names(model: nn.Module) -> list[str]:
+    """The class names of `model`'s modules, each once, in the order first met."""
+    return list(dict.fromkeys(type(m).__name__ for m in model.modules()))
+
+
+def modules_of_classes(model: nn.Module, names: Sequence[str]) -> list[nn.Module]:
+    """The outermost modules of `model` (not the model itself) whose class name is in `names`."""
+    wanted = set(names)
+    found: list[nn.Module] = []
+
+    def visit(module: nn.Module) -> None:
+        for child in module.children():
+            if type(child).__name__ in wanted:
+                found.append(child)
+            else:
+                visit(child)
+
+    visit(model)
+    return found
+
+
+def find_blocks(model: nn.Module, names: Sequence[str] | None, argument: str) -> list[nn.Module]:
+    """The blocks of `model`: of the classes `names`, else of its `_no_split_modules`, else its repeated blocks.
+
+    Raises ValueError naming `argument` when a given class name matches no module, or when
+    nothing is found (with the model's classes, so that the user can name the block class).
+    """
+    if names:
+        unknown = [name for name in names if name not in class_names(model)]
+        if unknown:
+            raise ValueError(
+                f"{argument}: {', '.join(map(repr, unknown))} match(es) no module of {type(model).__name__}. "
+                f"Its classes: {', '.join(class_names(model))}. Name the class of its repeated blocks."
+            )
+        return modules_of_classes(model, names)
+    declared = [name for name in getattr(model, "_no_split_modules", None) or () if name in class_names(model)]
+    blocks = modules_of_classes(model, declared) if declared else repeated_blocks(model)
+    if not blocks:
+        raise ValueError(
+            f"{argument}: {type(model).__name__} has no _no_split_modules and no nn.ModuleList of identical blocks, "
+            f"so accel cannot tell which modules are its blocks. Name their class instead (such as "
+            f"{argument.split('=')[0]}=['Block']); its classes: {', '.join(class_names(model))}."
+        )
+    return blocks
+
+
+def is_checkpointed(module: nn.Module) -> bool:
+    """Whether activation checkpointing is on for `module` (torch's composable `checkpoint`)."""
+    return "checkpoint" in (_get_registry(module) or {})
+
+
+def checkpoint_modules(modules: Sequence[nn.Module]) -> None:
+    """Recompute each module's activations in backward instead of keeping them; in place, names unchanged.
+
+    A module already checkpointed (by the Accelerator's option and FSDP's both) is left as it is.
+
+    >>> block = nn.Linear(4, 4)
+    >>> checkpoint_modules([block, block])
+    >>> is_checkpointed(block)
+    True
+    """
+    for module in modules:
+        if not is_checkpointed(module):
+            checkpoint(module)
+
+
+def checkpoint_blocks(model: nn.Module, blocks: bool | Sequence[str]) -> list[nn.Module]:
+    """Checkpoint `model`'s blocks as `Accelerator(activation_checkpointing=blocks)` says; the blocks checkpointed.
+
+    `blocks`: False (none), True (found by `find_blocks`), or the blocks' class names.
+
+    >>> net = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)]))
+    >>> len(checkpoint_blocks(net, True))
+    2
+    """
+    if blocks is False:
+        return []
+    names = None if blocks is True else list(blocks)
+    found = find_blocks(model, names, f"activation_checkpointing={blocks!r}")
+    checkpoint_modules(found)
+    return found
