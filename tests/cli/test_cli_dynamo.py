@@ -40,11 +40,14 @@ def test_accelerates_dynamo_config_is_kept(tmp_path: Path, capsys: pytest.Captur
     config = tmp_path / "accelerate.yaml"
     config.write_text("distributed_type: 'NO'\ndynamo_config:\n  dynamo_backend: AOT_EAGER\n  dynamo_mode: default\n"
                       "  dynamo_use_fullgraph: false\n  dynamo_use_dynamic: false\n"
-                      "  dynamo_use_regional_compilation: true\n")
+                      "  dynamo_use_regional_compilation: false\n")
     assert load_config(config, "accel launch") == {"dynamo_backend": "aot_eager", "dynamo_mode": "default",
                                                    "dynamo_use_fullgraph": False, "dynamo_use_dynamic": False}
-    assert "ignoring what has no meaning in accel: dynamo_config.dynamo_use_regional_compilation=True" in (
-        capsys.readouterr().err)
+    assert capsys.readouterr().err == ""
+    config.write_text(config.read_text().replace("compilation: false", "compilation: true"))
+    with pytest.raises(CliError, match="asks for what accel does not run.*dynamo_config.dynamo_use_regional_compilation"
+                       "=True"):
+        load_config(config, "accel launch")
 
 
 def test_accelerates_older_top_level_dynamo_backend_is_moved_into_the_section(tmp_path: Path) -> None:

@@ -19,10 +19,10 @@ from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_setti
 from accel.cli.config.check import check_launch
 from accel.cli.config.file import active_config
 from accel.cli.errors import CliError
-from accel.cli.launch.children import exit_status, failure_line, run_child, script_command, torchrun_command
+from accel.cli.launch.children import CHECK_VARIABLE, exit_status, failure_line, run_child, script_command, torchrun_command
 from accel.cli.launch.plan import plan_launch
 from accel.environment import check_setting_values
-from accel.settings import ALL_SETTINGS, BNB_SETTINGS, DYNAMO_SETTINGS, FP8_SETTINGS, FSDP_SETTINGS, TOP_LEVEL_SETTINGS
+from accel.settings import ALL_SETTINGS, BNB_SETTINGS, DYNAMO_SETTINGS, FP8_SETTINGS, FSDP_SETTINGS, GPU_IDS, TOP_LEVEL_SETTINGS
 
 COMMAND = "accel launch"
 
@@ -73,12 +73,14 @@ def launch(
         _check_script(target[0])
     config = active_config(config_flag, COMMAND)
     plan = plan_launch(flags, config, COMMAND, capabilities.gpu_count, capabilities.cpu_cores())
-    env = {**plan.env, **check_launch(plan, COMMAND)}  # refuses what cannot run here; says each note once
     if plan.distributed:  # SIGTERM: the wrapper then stops its workers, which also die with it
+        # The wrapper imports torch anyway: it checks the configuration before any worker starts (check_here).
+        env = {**plan.env, CHECK_VARIABLE: f"{'cpu' if plan.use_cpu else 'gpu'} {plan.get(GPU_IDS.name)}"}
         returncode = run_child(torchrun_command(plan, target, module), env, signal.SIGTERM)
         if returncode < 0:  # the wrapper reports every other end itself
             print(failure_line(f"torch.distributed.run (running {target[0]})", returncode), file=sys.stderr, flush=True)
         return exit_status(returncode)
+    env = {**plan.env, **check_launch(plan, COMMAND)}  # refuses what cannot run here; says each note once
     returncode = run_child(script_command(target, module), env)
     if returncode != 0 and report_failure:
         label = target[0] if module else Path(target[0]).name
