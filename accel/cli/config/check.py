@@ -82,6 +82,20 @@ def check_here(device: str, gpu_ids: str, command: str) -> dict[str, str]:
     return apply_answer(json.loads(data), command)
 
 
+def needs_check(environ: Mapping[str, str]) -> bool:
+    """Whether a script started with `environ` would build anything the check can refuse or warn about: a
+    precision other than 'no', FSDP or bitsandbytes. Torch-free: when nothing is asked, no process imports
+    torch to find that out. (An unreadable value also answers True: the check then names it.)"""
+    from accel.settings import USE_FSDP, bnb_options_from_env
+
+    try:
+        return MIXED_PRECISION.from_env(environ) != "no" or bool(USE_FSDP.from_env(environ)) or (
+            bnb_options_from_env(environ) is not None
+        )
+    except ValueError:
+        return True
+
+
 _ANSWER = "accel-config-check: "
 """The prefix of the child's one line of JSON on stdout (a library may print other lines)."""
 
