@@ -100,3 +100,48 @@ def test_a_machine_killed_mid_run_ends_the_job_and_is_named_last(clean_env: dict
     last = err.strip().splitlines()[-1]
     assert last.startswith("accel launch: loop.py: lost machine 1 (rank 1 of 2) mid-run"), err
     assert "machine 0 failed because of it" in last
+
+
+RESTART_SCRIPT = HERE.parent / "distributed" / "two_processes" / "restart_script.py"
+
+
+def test_restarts_across_machines_resume_to_the_uninterrupted_weights(clean_env: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    """rdzv_backend c10d: rank 1 (machine 1) crashes once; both machines restart and resume from the checkpoint."""
+    env = {**_env(clean_env), "DISTRIBUTED_TEST_RESULTS": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(RESTART_SCRIPT.parent), env["PYTHONPATH"]])
+    port = _free_port()
+    flags = ("--rdzv_backend", "c10d", "--max_restarts", "1", "--rdzv_timeout", "30")
+    script = [str(RESTART_SCRIPT), str(tmp_path / "project"), str(tmp_path / "crashed")]
+    first = _machine(0, port, *flags, script=script, env=env)
+    processes = [first]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # machine 0 serves the rendezvous, as on a cluster: start it first
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        processes.append(_machine(1, port, *flags, script=script, env=env))
+        errors = [process.communicate(timeout=240)[1] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert [process.returncode for process in processes] == [0, 0], errors
+    assert (tmp_path / "crashed").exists()
+    lines = {rank: (tmp_path / f"rank{rank}.jsonl").read_text().splitlines() for rank in (0, 1)}
+    assert all(rank_lines[:2] == ['["started_at", 0]', '["started_at", 6]'] for rank_lines in lines.values())
+    params = [next(line for line in rank_lines if line.startswith('["params"')) for rank_lines in lines.values()]
+    assert params[0] == params[1] == _uninterrupted_params(env, tmp_path / "plain")
+
+
+def _uninterrupted_params(env: dict[str, str], folder: Path) -> str:
+    folder.mkdir()
+    command = [sys.executable, "-m", "accel", "launch", "--cpu", "--num_processes", "2", str(RESTART_SCRIPT),
+               str(folder / "project")]
+    done = subprocess.run(command, env={**env, "DISTRIBUTED_TEST_RESULTS": str(folder)}, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    return next(line for line in (folder / "rank0.jsonl").read_text().splitlines() if line.startswith('["params"'))
