@@ -81,6 +81,31 @@ class IntKind(Kind):
             raise ValueError(f"{source}={text!r} is not an integer; it must be {self.accepted}.") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class FloatKind(Kind):
+    """A number (int or float, never a bool) of at least `minimum`; canonical: a float."""
+
+    minimum: float = 0.0
+
+    @property
+    def accepted(self) -> str:  # type: ignore[override]  # a property over Kind's class attribute; nothing assigns it
+        return f"a number >= {self.minimum:g}"
+
+    def check(self, value: Any, source: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < self.minimum:
+            raise ValueError(f"{source}={value!r} must be {self.accepted}.")
+        return float(value)
+
+    def from_text(self, text: str, source: str) -> float:
+        try:
+            return float(text.strip())
+        except ValueError:
+            raise ValueError(f"{source}={text!r} is not a number; it must be {self.accepted}.") from None
+
+    def format(self, value: Any) -> str:
+        return f"{value:g}"
+
+
 class BoolKind(Kind):
     """True or False; as text 1/0, true/false, yes/no, on/off."""
 

@@ -48,6 +48,7 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
     BoolKind,
     ChoiceKind,
     DtypeKind,
+    FloatKind,
     FsdpVersionKind,
     GpuIdsKind,
     IntKind,
@@ -206,7 +207,20 @@ RANK_EXIT_GRACE = Setting(
     "rank_exit_grace", IntKind(minimum=1), None,
     help="seconds the other processes may run on after one has exited before accel launch stops them (default 30)",
 )
-
+MAX_RESTARTS = Setting("max_restarts", IntKind(minimum=0), None, help="times every process is restarted after one "
+                       "fails (torchrun's --max_restarts; default 0); the script resumes with load_state()")
+MONITOR_INTERVAL = Setting("monitor_interval", FloatKind(minimum=0.01), None, help="seconds between the launcher's "
+                           "checks of its processes (torchrun's --monitor_interval; default 0.1)")
+RDZV_BACKEND = Setting("rdzv_backend", ChoiceKind(("static", "c10d")), None, help="how the machines meet: static "
+                       "(default: fixed machine ranks) or c10d (elastic: restarts across machines, min_machines)")
+RDZV_ENDPOINT = Setting("rdzv_endpoint", TextKind(accepted="HOST:PORT"), None, help="c10d rendezvous address "
+                        "(default main_process_ip:main_process_port)")
+RDZV_TIMEOUT = Setting("rdzv_timeout", IntKind(minimum=1), None, help="seconds a machine waits for the others to "
+                       "join before the launch fails, naming the missing ones (default 300)")
+MIN_MACHINES = Setting("min_machines", IntKind(minimum=1), None, help="elastic (rdzv_backend c10d): start once this "
+                       "many machines joined, up to num_machines (torchrun's --nnodes MIN:MAX)")
+ELASTIC_SETTINGS = (MAX_RESTARTS, MONITOR_INTERVAL, RDZV_BACKEND, RDZV_ENDPOINT, RDZV_TIMEOUT, MIN_MACHINES)
+"""torchrun's restart and rendezvous settings (Accelerate's keys where it has them)."""
 SCHEDULER_PER_OPTIMIZER_STEP = Setting(
     "scheduler_per_optimizer_step", BoolKind(), False, keyword="scheduler_per_optimizer_step",
     help="step a prepared scheduler once per optimizer step that really happened, whatever the number of processes "
@@ -222,12 +236,15 @@ ACCELERATOR_SETTINGS = (
     MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
 )
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
-LAUNCHER_SETTINGS = (NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE)
+LAUNCHER_SETTINGS = (
+    NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE, *ELASTIC_SETTINGS,
+)
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, SCHEDULER_PER_OPTIMIZER_STEP,
     ACTIVATION_CHECKPOINTING,
+    *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""
 

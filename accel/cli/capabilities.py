@@ -7,16 +7,26 @@ offer exactly what the Accelerator would run.
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
+import sys
 from typing import Any
 
+_GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
+"""Device files present where a CUDA (NVIDIA), ROCm or WSL GPU can be seen."""
 FP8_BACKEND_NAMES = ("native", "te", "ao", "msamp")
 """FP8 backends in the order the wizard lists them (the runnable one first)."""
 
 
 def gpu_count() -> int:
-    """How many CUDA GPUs this process sees (respects CUDA_VISIBLE_DEVICES); 0 without CUDA."""
+    """How many CUDA GPUs this process sees (respects CUDA_VISIBLE_DEVICES); 0 without CUDA.
+
+    On Linux without a GPU device file (NVIDIA's, ROCm's or WSL's) the answer is 0 without importing
+    torch, which `accel launch` would otherwise pay for once more before its processes import it.
+    """
+    if sys.platform.startswith("linux") and not any(glob.glob(pattern) for pattern in _GPU_DEVICE_FILES):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -216,7 +216,10 @@ def _rendezvous(layout: Layout, options: InitProcessGroupKwargs) -> dist.Store:
     except (RuntimeError, ValueError, TimeoutError, OSError) as error:
         raise _rendezvous_error(url, layout, seconds, error) from error
     store.set_timeout(options.timeout)
-    return dist.PrefixStore(f"accel_pg_{next(_generations)}", store)
+    # A restarted process (accel launch --max_restarts) may meet in the same store as the attempt before it:
+    # without the attempt in the keys it would read that attempt's addresses and wait for processes long gone.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"accel_pg_{attempt}_{next(_generations)}", store)
 
 
 def _rendezvous_error(url: str, layout: Layout, seconds: float, error: BaseException) -> RuntimeError:

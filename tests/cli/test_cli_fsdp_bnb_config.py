@@ -162,12 +162,10 @@ def test_accelerate_fsdp_without_a_gpu_needs_use_cpu(tmp_path: Path) -> None:
         accelerate_config.translate(data, tmp_path / "acc.yaml", "test", gpus=lambda: 0)
 
 
-def test_an_fsdp_config_without_fsdp_is_named_as_ignored(tmp_path: Path, capsys) -> None:
+def test_an_fsdp_config_without_fsdp_is_refused(tmp_path: Path) -> None:
     data = {**ACCELERATE_FSDP, "distributed_type": "MULTI_CPU"}
-    values = load_config(write(tmp_path / "acc.yaml", data), "test")
-    assert not any(name.startswith("fsdp") or name == "use_fsdp" for name in values)
-    err = capsys.readouterr().err
-    assert "ignoring what has no meaning in accel: fsdp_config (distributed_type is not FSDP)" in err
+    with pytest.raises(CliError, match=r"does not run, so nothing was started: fsdp_config \(distributed_type is not FSDP\)"):
+        load_config(write(tmp_path / "acc.yaml", data), "test")
 
 
 # ------------------------------------------------------------------ accel launch

@@ -100,14 +100,23 @@ def test_torchrun_arguments() -> None:
     """One machine without a port: standalone rendezvous; several machines: the given rendezvous."""
     one = LaunchPlan({"num_processes": 2}, processes_per_machine=2, use_cpu=True, env={})
     assert torchrun_command(one, ["t.py", "--start"], module=False)[3:] == [
-        "--standalone", "--nproc_per_node", "2", "--", "script", "t.py", "--start",
+        "--standalone", "--max_restarts", "0", "--monitor_interval", "0.1", "--nproc_per_node", "2", "--", "script",
+        "t.py", "--start",
     ]
     values = {"num_processes": 4, "num_machines": 2, "machine_rank": 1, "main_process_ip": "10.0.0.1",
               "main_process_port": 29501}
     two = LaunchPlan(values, processes_per_machine=2, use_cpu=True, env={})
     assert torchrun_command(two, ["-x"], module=True)[3:] == [
         "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.1", "--master_port", "29501",
-        "--rdzv_conf", "timeout=300", "--nproc_per_node", "2", "--", "module", "-x",
+        "--rdzv_conf", "timeout=300", "--max_restarts", "0", "--monitor_interval", "0.1", "--nproc_per_node", "2",
+        "--", "module", "-x",
+    ]
+    elastic = {**values, "rdzv_backend": "c10d", "min_machines": 1, "max_restarts": 3, "monitor_interval": 0.5,
+               "rdzv_timeout": 20}
+    three = LaunchPlan(elastic, processes_per_machine=2, use_cpu=True, env={})
+    assert torchrun_command(three, ["t.py"], module=False)[3:-3] == [
+        "--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "10.0.0.1:29501", "--rdzv_id", "accel",
+        "--rdzv_conf", "join_timeout=20", "--max_restarts", "3", "--monitor_interval", "0.5", "--nproc_per_node", "2",
     ]
 
 
@@ -161,17 +170,46 @@ def test_accelerate_config_is_mapped_silently_when_nothing_is_lost(run_accel, sh
     assert env["ACCEL_USE_CPU"] == "true"  # MULTI_CPU
 
 
-def test_accelerate_config_names_what_is_lost_in_one_warning(run_accel, show_env_script: Path, tmp_path: Path) -> None:
+def test_accelerate_config_asking_for_what_accel_does_not_run_is_refused(run_accel, show_env_script: Path,
+                                                                         tmp_path: Path) -> None:
     text = ACCELERATE_CONFIG.replace("  interval: 1", "  interval: 2") + "enable_cpu_affinity: true\n"
     text += "dynamo_config:\n  dynamo_backend: INDUCTOR\n"
     config = tmp_path / "accelerate.yaml"
     config.write_text(text)
     result = run_accel("launch", "--config_file", str(config), *RUNS_ANYWHERE, str(show_env_script))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""  # the script never ran
     assert result.stderr.strip() == (
-        f"accel launch: warning: {config} is an Accelerate config; ignoring what has no meaning in accel: "
-        "enable_cpu_affinity=True, fp8_config.interval=2"
+        f"accel launch: {config} is an Accelerate config that asks for what accel does not run, so nothing was "
+        "started: enable_cpu_affinity=True (accel does not pin processes to CPU cores), fp8_config.interval=2. "
+        "Remove these keys (or set them to Accelerate's defaults) to run the script with accel; `accel config` "
+        "writes a config of accel's own"
     )
+
+
+def test_accelerate_deepspeed_config_is_refused_before_any_process(run_accel, show_env_script: Path,
+                                                                   tmp_path: Path) -> None:
+    config = tmp_path / "accelerate.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n"
+                      "deepspeed_config:\n  zero_stage: 3\n")
+    result = run_accel("launch", "--config_file", str(config), str(show_env_script))
+    assert result.returncode == 2 and result.stdout == ""
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    assert "distributed_type=DEEPSPEED (accel runs NO, MULTI_CPU, MULTI_GPU and FSDP;" in line
+    assert "deepspeed_config (accel does not run DeepSpeed; distributed_type: FSDP shards like ZeRO-3)" in line
+
+
+def test_accelerate_restart_keys_are_honoured(tmp_path: Path) -> None:
+    config = tmp_path / "accelerate.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_processes: 2\n"
+                      "max_restarts: 3\nmonitor_interval: 0.5\nrdzv_backend: c10d\n")
+    values = load_config(config, "accel launch")
+    assert (values["max_restarts"], values["monitor_interval"], values["rdzv_backend"]) == (3, 0.5, "c10d")
+    plan = LaunchPlan(values, processes_per_machine=2, use_cpu=True, env={})
+    command = torchrun_command(plan, ["t.py"], module=False)
+    assert command[command.index("--max_restarts") + 1] == "3"
+    assert command[command.index("--monitor_interval") + 1] == "0.5"
 
 
 def test_recipe_in_config_unused_for_another_precision_is_named(run_accel, show_env_script: Path,
@@ -226,9 +264,10 @@ def test_unreachable_machine_0_is_one_clear_line() -> None:
 
     from accel.cli.launch.distributed_run import _start_failure
 
-    args = argparse.Namespace(master_addr="10.0.0.5", master_port=29877)
+    args = argparse.Namespace(master_addr="10.0.0.5", master_port=29877, nnodes="2", node_rank=1, rdzv_conf="timeout=300",
+                              rdzv_backend="static", standalone=False)
     error = RuntimeError("The client socket has timed out after 300000ms while trying to connect to (10.0.0.5, 29877).")
     assert _start_failure(error, args, "train.py") == (
-        "could not reach machine 0 at 10.0.0.5:29877 in time: check --main_process_ip and --main_process_port, "
-        "that machine 0 has started, and that no firewall blocks the port"
+        "could not reach machine 0 at 10.0.0.5:29877 within 300 s (rdzv_timeout): check --main_process_ip and "
+        "--main_process_port, that machine 0 has started, and that no firewall blocks the port"
     )

@@ -34,9 +34,8 @@ def check_launch(plan: Any, command: str) -> dict[str, str]:
     with the environment the script will have: on a GPU it initialises CUDA, whose context this
     launcher would otherwise keep on the GPU for the whole run. Returns the variables to add to
     the processes' environment: SAID_VARIABLE with the digests of what was said (empty when nothing was).
+    Several processes: the torchrun wrapper, which imports torch anyway, runs it (check_here) instead.
     """
-    from accel._warnings import SAID_VARIABLE, digest
-
     gpu_ids = plan.get(GPU_IDS.name)
     child = [sys.executable, "-m", __name__, "cpu" if plan.use_cpu else "gpu", gpu_ids]
     result = subprocess.run(child, env={**os.environ, **plan.env}, capture_output=True, text=True, check=False)
@@ -44,13 +43,57 @@ def check_launch(plan: Any, command: str) -> dict[str, str]:
     if result.returncode != 0 or not answers:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise CliError(f"the configuration check ({' '.join(child[1:])}) failed with status {result.returncode}: {last}")
-    answer = json.loads(answers[-1].removeprefix(_ANSWER))
+    return apply_answer(json.loads(answers[-1].removeprefix(_ANSWER)), command)
+
+
+def apply_answer(answer: Mapping[str, Any], command: str) -> dict[str, str]:
+    """Act on a check's `answer`: CliError when it refused; else say its notes once and return the
+    variables that tell the processes they were said (accel._warnings.SAID_VARIABLE)."""
+    from accel._warnings import SAID_VARIABLE, digest
+
     if answer["refused"] is not None:
         raise CliError(answer["refused"])
-    notes: list[str] = answer["notes"]
+    notes: list[str] = list(answer["notes"])
     for note in notes:
         warn(command, note)
     return {SAID_VARIABLE: ",".join(digest(note) for note in notes)} if notes else {}
+
+
+def check_here(device: str, gpu_ids: str, command: str) -> dict[str, str]:
+    """`check_launch`'s check run by a process that has imported torch already (the torchrun wrapper), with
+    this process's environment: on the CPU in this process; on a GPU in a forked child, so that the CUDA
+    context the check creates does not stay with this process for the whole run. Returns apply_answer's."""
+    if device == "cpu":
+        return apply_answer(answer(device, gpu_ids), command)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer in one line of JSON, then leave without running this process's cleanup
+        os.close(read)
+        try:
+            os.write(write, json.dumps(answer(device, gpu_ids)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise CliError(f"the configuration check ({device} {gpu_ids}) ended with status {status} without an answer")
+    return apply_answer(json.loads(data), command)
+
+
+def needs_check(environ: Mapping[str, str]) -> bool:
+    """Whether a script started with `environ` would build anything the check can refuse or warn about: a
+    precision other than 'no', FSDP or bitsandbytes. Torch-free: when nothing is asked, no process imports
+    torch to find that out. (An unreadable value also answers True: the check then names it.)"""
+    from accel.settings import USE_FSDP, bnb_options_from_env
+
+    try:
+        return MIXED_PRECISION.from_env(environ) != "no" or bool(USE_FSDP.from_env(environ)) or (
+            bnb_options_from_env(environ) is not None
+        )
+    except ValueError:
+        return True
 
 
 _ANSWER = "accel-config-check: "
@@ -122,13 +165,16 @@ def one_line(error: BaseException) -> str:
 
 def _main(argv: list[str]) -> int:
     """`python -m accel.cli.config.check cpu|gpu GPU_IDS`: probe this process's environment, answer in JSON."""
-    answer: dict[str, str | list[str] | None]
-    try:
-        answer = {"refused": None, "notes": probe(os.environ, argv[0] == "cpu", argv[1], "nothing was started")}
-    except CliError as error:
-        answer = {"refused": str(error), "notes": []}
-    print(_ANSWER + json.dumps(answer), flush=True)
+    print(_ANSWER + json.dumps(answer(argv[0], argv[1])), flush=True)
     return 0
+
+
+def answer(device: str, gpu_ids: str) -> dict[str, str | list[str] | None]:
+    """Probe this process's environment for `device` (cpu or gpu) and `gpu_ids`: the refusal, else the notes."""
+    try:
+        return {"refused": None, "notes": probe(os.environ, device == "cpu", gpu_ids, "nothing was started")}
+    except CliError as error:
+        return {"refused": str(error), "notes": []}
 
 
 if __name__ == "__main__":

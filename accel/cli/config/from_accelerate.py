@@ -6,8 +6,11 @@ the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSD
 `use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py); `parallelism_config` keeps its sizes
 under the same keys (accel's settings); `MULTI_GPU` or `FSDP` on a machine
 where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
-CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...) and
-otherwise named in one warning, so that nothing is ignored without a word.
+CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...);
+at any other value (distributed_type: DEEPSPEED, enable_cpu_affinity: true, ...) the config is refused, naming
+each key, before anything starts: running without what it asks for would be a different run (on GPUs, an
+out-of-memory error instead of a refusal). The launcher's restart and rendezvous keys (max_restarts,
+rdzv_backend, ...) are accel's own settings and pass through.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "downcast_bf16": ("no", False),
     "enable_cpu_affinity": (False,),
     "main_training_function": ("main",),
-    "rdzv_backend": ("static",),
     "same_network": (True,),
     "tpu_use_cluster": (False,),
     "tpu_use_sudo": (False,),
@@ -56,7 +58,7 @@ _INERT: dict[str, tuple[Any, ...]] = {
     "parallelism_config_sp_size": (1,),
     "parallelism_config_sp_backend": ("deepspeed",),
 }
-"""Accelerate keys that change nothing at these values, so dropping them needs no warning."""
+"""Accelerate keys that change nothing at these values, so dropping them loses nothing."""
 
 _DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {
     "NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}, "FSDP": {USE_FSDP.name: True},
@@ -79,7 +81,7 @@ def looks_like_accelerate(data: Mapping[Any, Any]) -> bool:
 def translate(
     data: Mapping[Any, Any], path: Path, command: str, gpus: Callable[[], int] | None = None
 ) -> dict[str, Any]:
-    """accel's mapping for Accelerate's `data`; warns once naming every key it drops that would matter.
+    """accel's mapping for Accelerate's `data`; CliError naming every key it would have to drop that matters.
 
     `gpus` (how many GPUs torch sees; default capabilities.gpu_count) is called only for MULTI_GPU.
     """
@@ -107,8 +109,27 @@ def translate(
     if fsdp_note:
         warn(command, f"{path}: {fsdp_note}")
     if dropped:
-        warn(command, f"{path} is an Accelerate config; ignoring what has no meaning in accel: {', '.join(dropped)}")
+        raise CliError(
+            f"{path} is an Accelerate config that asks for what accel does not run, so nothing was started: "
+            f"{', '.join(_with_hint(entry) for entry in dropped)}. Remove these keys (or set them to Accelerate's "
+            "defaults) to run the script with accel; `accel config` writes a config of accel's own"
+        )
     return result
+
+
+_HINTS = {
+    "distributed_type": "accel runs NO, MULTI_CPU, MULTI_GPU and FSDP; for sharding like DeepSpeed's ZeRO-3 use "
+    "distributed_type: FSDP",
+    "deepspeed_config": "accel does not run DeepSpeed; distributed_type: FSDP shards like ZeRO-3",
+    "enable_cpu_affinity": "accel does not pin processes to CPU cores",
+}
+"""What to do instead, for the keys users meet most."""
+
+
+def _with_hint(entry: str) -> str:
+    """A refused key as named in the message, with what to do where there is a hint for it."""
+    key = entry.split("=", 1)[0].split(".", 1)[0]
+    return f"{entry} ({_HINTS[key]})" if key in _HINTS else entry
 
 
 def _check_gpus_for(

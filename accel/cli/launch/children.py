@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from accel.cli.launch.parent_death import child_setup
-from accel.cli.launch.plan import DEFAULT_PORT, LaunchPlan
+from accel.cli.launch.plan import LaunchPlan
+from accel.cli.launch.rendezvous import rendezvous_arguments
 
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 
@@ -52,12 +53,10 @@ def script_command(target: Sequence[str], module: bool) -> list[str]:
     return [sys.executable, *(["-m"] if module else []), *target]
 
 
+CHECK_VARIABLE = "_ACCEL_LAUNCH_CHECK"
+"""'cpu all' or 'gpu 0,1': asks the torchrun wrapper to check the configuration before it starts the workers."""
 SEPARATOR = "--"
 """Between torchrun's arguments and the worker's in the wrapper's command (see distributed_run.py)."""
-
-RENDEZVOUS_TIMEOUT_S = 300
-"""How long a machine waits to reach machine 0 before `accel launch` gives up (torchrun's own is 600 s)."""
-
 
 def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> list[str]:
     """`python -m accel.cli.launch.distributed_run <torch.distributed.run arguments> -- script|module TARGET args`.
@@ -65,19 +64,9 @@ def torchrun_command(plan: LaunchPlan, target: Sequence[str], module: bool) -> l
     The script's arguments come after the separator, so torchrun's parser never sees them.
     """
     layout = ["--nproc_per_node", str(plan.processes_per_machine)]
-    port = plan.get("main_process_port")
-    machines = plan.get("num_machines")
-    if machines == 1 and port is None:
-        rendezvous = ["--standalone"]
-    else:
-        rendezvous = [
-            "--nnodes", str(machines), "--node_rank", str(plan.get("machine_rank")),
-            "--master_addr", plan.get("main_process_ip") or "127.0.0.1",
-            "--master_port", str(port if port is not None else DEFAULT_PORT),
-            "--rdzv_conf", f"timeout={RENDEZVOUS_TIMEOUT_S}",
-        ]
     worker = ["module" if module else "script", *target]
-    return [sys.executable, "-m", "accel.cli.launch.distributed_run", *rendezvous, *layout, SEPARATOR, *worker]
+    return [sys.executable, "-m", "accel.cli.launch.distributed_run", *rendezvous_arguments(plan), *layout, SEPARATOR,
+            *worker]
 
 
 def run_child(command: Sequence[str], env: Mapping[str, str], death_signal: int = signal.SIGKILL) -> int:

@@ -8,6 +8,7 @@ The script's exit status is accel's.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -16,10 +17,10 @@ from typing import Any
 
 from accel.cli import capabilities
 from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_settings
-from accel.cli.config.check import check_launch
+from accel.cli.config.check import check_launch, needs_check
 from accel.cli.config.file import active_config
 from accel.cli.errors import CliError
-from accel.cli.launch.children import exit_status, failure_line, run_child, script_command, torchrun_command
+from accel.cli.launch.children import CHECK_VARIABLE, exit_status, failure_line, run_child, script_command, torchrun_command
 from accel.cli.launch.plan import plan_launch
 from accel.environment import check_setting_values
 from accel.settings import (
@@ -28,6 +29,7 @@ from accel.settings import (
     DYNAMO_SETTINGS,
     FP8_SETTINGS,
     FSDP_SETTINGS,
+    GPU_IDS,
     PARALLELISM_SETTINGS,
     TOP_LEVEL_SETTINGS,
 )
@@ -82,12 +84,16 @@ def launch(
         _check_script(target[0])
     config = active_config(config_flag, COMMAND)
     plan = plan_launch(flags, config, COMMAND, capabilities.gpu_count, capabilities.cpu_cores())
-    env = {**plan.env, **check_launch(plan, COMMAND)}  # refuses what cannot run here; says each note once
+    checked = needs_check({**os.environ, **plan.env})  # nothing to check for precision 'no' without FSDP or bnb
     if plan.distributed:  # SIGTERM: the wrapper then stops its workers, which also die with it
+        # The wrapper imports torch anyway: it checks the configuration before any worker starts (check_here).
+        check = {CHECK_VARIABLE: f"{'cpu' if plan.use_cpu else 'gpu'} {plan.get(GPU_IDS.name)}"} if checked else {}
+        env = {**plan.env, **check}
         returncode = run_child(torchrun_command(plan, target, module), env, signal.SIGTERM)
         if returncode < 0:  # the wrapper reports every other end itself
             print(failure_line(f"torch.distributed.run (running {target[0]})", returncode), file=sys.stderr, flush=True)
         return exit_status(returncode)
+    env = {**plan.env, **(check_launch(plan, COMMAND) if checked else {})}  # refuses what cannot run; says notes once
     returncode = run_child(script_command(target, module), env)
     if returncode != 0 and report_failure:
         label = target[0] if module else Path(target[0]).name

@@ -24,12 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accel.cli.launch.children import SEPARATOR, exit_status, failure_line
+from accel.cli.errors import CliError
+from accel.cli.launch.children import CHECK_VARIABLE, SEPARATOR, exit_status, failure_line
 from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
+from accel.cli.launch.lost_machine import lost_machine_line, machine_0_missing, rendezvous_timeout_line
 from accel.cli.launch.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
+from accel.cli.launch.rendezvous import CPP_LOG_VARIABLE
 from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
 from accel.settings import RANK_EXIT_GRACE
 
+COMMAND = "accel launch"
 UNCAUGHT_EXCEPTION_STATUS = 1
 """Python's exit status when the script ends with an uncaught exception."""
 
@@ -49,12 +53,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:  # the user's own variable (a flag or the config file was checked before)
         print(f"accel launch: {error}", file=sys.stderr)
         return 2
+    _quiet_cpp_logs()
+    check = os.environ.pop(CHECK_VARIABLE, None)
+    if check:
+        from accel.cli.config.check import check_here
+
+        device, _, gpu_ids = check.partition(" ")
+        try:
+            os.environ.update(check_here(device, gpu_ids, COMMAND))
+        except CliError as error:
+            print(f"{COMMAND}: {error}", file=sys.stderr, flush=True)
+            return error.status
     failures = Path(tempfile.mkdtemp(prefix="accel-launch-"))
     os.environ.update({FAILURES_VARIABLE: str(failures), AGENT_PID_VARIABLE: str(os.getpid())})
     try:
         return _run(argv[:split], worker, label, grace, failures)
     finally:
         shutil.rmtree(failures, ignore_errors=True)
+
+
+def _quiet_cpp_logs() -> None:
+    """Import torch with its C++ log level at FATAL (unless the user set one), then restore the environment.
+
+    A machine waiting for another logs each refused connection with a C++ stack dump; the launcher
+    says what happened in one line instead. The level is read when torch loads, so the workers,
+    started later with the restored environment, log as torch does by default.
+    """
+    own = os.environ.get(CPP_LOG_VARIABLE)
+    if own is None:
+        os.environ[CPP_LOG_VARIABLE] = "FATAL"
+    import torch  # noqa: F401 - loaded here, at this log level
+
+    if own is None:
+        del os.environ[CPP_LOG_VARIABLE]
 
 
 def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, failures: Path) -> int:
@@ -68,10 +99,14 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
         logging.getLogger(name).setLevel(logging.CRITICAL)
     args = parse_args([*torchrun_args, "--module", "accel.cli.launch.worker"])
     args.training_script_args = worker
+    missing = machine_0_missing(args)
+    if missing:
+        print(f"{COMMAND}: {missing}", file=sys.stderr, flush=True)
+        return 1
     seen: dict[str, Any] = {}
     try:
         try:
-            with rank_exit_grace(grace) as seen:
+            with rank_exit_grace(grace, lambda found, number, most: _restarting(found, number, most, failures)) as seen:
                 run(args)
         finally:
             for line in repeat_lines(failures):
@@ -83,6 +118,9 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
             if note:
                 print(note, file=sys.stderr, flush=True)
         print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
+        lost = lost_machine_line(args, error, first, running, label)
+        if lost:  # last: the cause, when it was another machine
+            print(lost, file=sys.stderr, flush=True)
         return exit_status(status)
     except RanksDidNotFinish as error:
         print(_did_not_finish(error, label, _world_size(args)), file=sys.stderr, flush=True)
@@ -94,6 +132,22 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
         print(f"accel launch: {_start_failure(error, args, label)}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _restarting(found: dict[int, Any], number: int, most: int, failures: Path) -> None:
+    """Before restart `number` of `most`: the lines about the attempt that failed, then one saying it restarts.
+
+    The failures folder is emptied, so that the next attempt's first failure is its own.
+    """
+    for line in repeat_lines(failures):
+        print(line, file=sys.stderr, flush=True)
+    claimed = first_record(failures).get("rank")
+    ranks = [claimed] if claimed in found else sorted(rank for rank, failure in found.items() if failure.exitcode >= 0)
+    what = f"rank {', '.join(map(str, ranks or sorted(found)))} failed"
+    print(f"{COMMAND}: {what}; restarting every process of this machine (restart {number} of {most}); a script "
+          "that loads its last checkpoint at start goes on from there", file=sys.stderr, flush=True)
+    for path in failures.iterdir():
+        path.unlink(missing_ok=True)
 
 
 def _first_failure(error: Any, record: dict[str, Any], stopped: Sequence[int]) -> tuple[int, int]:
@@ -140,12 +194,9 @@ def _start_failure(error: Exception, args: object, label: str) -> str:
             f"port {port} is already in use on this machine: pass another --main_process_port "
             "(or leave it out on one machine, and accel picks a free one)"
         )
-    if "timed out" in text.lower():
-        address = f"{getattr(args, 'master_addr', '?')}:{getattr(args, 'master_port', '?')}"
-        return (
-            f"could not reach machine 0 at {address} in time: check --main_process_ip and --main_process_port, "
-            "that machine 0 has started, and that no firewall blocks the port"
-        )
+    joined = rendezvous_timeout_line(args, error)
+    if joined:
+        return joined
     reason = text.strip().splitlines()[0] if text.strip() else ""
     return f"torch.distributed.run could not start {label}: {type(error).__name__}: {reason}"
 

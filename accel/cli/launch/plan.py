@@ -15,6 +15,7 @@ from typing import Any
 from accel.backends.names import reads_fp8_recipe
 from accel.cli.config.file import ConfigFile
 from accel.cli.errors import CliError, warn
+from accel.cli.launch.rendezvous import DEFAULT_PORT, check_rendezvous  # noqa: F401 - DEFAULT_PORT: the wizard's
 from accel.parallel.config import CP_REASON, check_world
 from accel.settings import (
     FP8_SETTINGS,
@@ -29,9 +30,6 @@ from accel.settings import (
     Setting,
     to_environment,
 )
-
-DEFAULT_PORT = 29500
-"""The rendezvous port on machine 0 when several machines run and none was given (torchrun's default)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +47,9 @@ class LaunchPlan:
 
     @property
     def distributed(self) -> bool:
-        """Whether torch.distributed.run starts the processes (more than one, or several machines)."""
-        return self.processes_per_machine > 1 or self.get("num_machines") > 1
+        """Whether torch.distributed.run starts the processes (more than one, several machines, or restarts)."""
+        elastic = (self.get("max_restarts") or 0) > 0 or self.get("rdzv_backend") == "c10d"
+        return self.processes_per_machine > 1 or self.get("num_machines") > 1 or elastic
 
 
 def plan_launch(
@@ -141,7 +140,10 @@ def _processes_per_machine(values: Mapping[str, Any]) -> int:
             f"num_processes {processes} (processes in all) cannot be split evenly over num_machines {machines}; "
             f"use a multiple of {machines}"
         )
-    if machines > 1 and not values.get("main_process_ip"):
+    problem = check_rendezvous(dict(values))
+    if problem:
+        raise CliError(problem)
+    if machines > 1 and not values.get("main_process_ip") and not values.get("rdzv_endpoint"):
         raise CliError(f"num_machines {machines} needs main_process_ip: the address of machine 0, which every machine joins")
     return processes // machines
 

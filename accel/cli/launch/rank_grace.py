@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,20 +36,38 @@ class RanksDidNotFinish(Exception):
         super().__init__(f"ranks {stuck} did not finish within {grace:g} s of ranks {sorted(exited)} exiting")
 
 
-def _grace_agent(base: type[LocalElasticAgent], grace: float, seen: dict[str, Any]) -> type[LocalElasticAgent]:
+OnRestart = Callable[[dict[int, Any], int, int], None]
+"""Called before torchrun restarts the workers: (rank -> failure of the attempt that failed, restart number, most restarts)."""
+
+
+def _grace_agent(
+    base: type[LocalElasticAgent], grace: float, seen: dict[str, Any], on_restart: OnRestart | None
+) -> type[LocalElasticAgent]:
     """A subclass of torchrun's LocalElasticAgent (`base`) that enforces `grace`.
 
     When a worker fails, `seen["running"]` lists the ranks that were still running then, which
     torchrun stopped (by a signal): after a collective timeout, those that never joined it.
+    Before a restart (max_restarts), `on_restart` is told which workers failed.
     """
     from torch.distributed.elastic.agent.server.api import WorkerState
 
     class GraceAgent(base):  # type: ignore[valid-type,misc]  # a base class given at run time
         _first_exit: float | None = None
+        _failures: dict[int, Any] = {}  # noqa: RUF012 - replaced, never changed in place
+
+        def _restart_workers(self, worker_group: Any) -> None:
+            self._first_exit = None
+            if on_restart is not None and self._failures:  # not a restart for a machine joining (c10d)
+                spec = worker_group.spec
+                on_restart(self._failures, spec.max_restarts - self._remaining_restarts, spec.max_restarts)
+            self._failures = {}
+            super()._restart_workers(worker_group)
 
         def _monitor_workers(self, worker_group: Any) -> Any:
             before = _exit_codes(self._pcontext, worker_group)
             result = super()._monitor_workers(worker_group)  # on a failure, it stops the others at once
+            if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
+                self._failures = dict(result.failures)
             if result.state == WorkerState.FAILED:
                 seen["running"] = sorted(
                     rank for rank, failure in result.failures.items()
@@ -83,14 +101,14 @@ def _exit_codes(pcontext: Any, worker_group: Any) -> dict[int, int | None]:
 
 
 @contextlib.contextmanager
-def rank_exit_grace(grace: float) -> Iterator[dict[str, Any]]:
+def rank_exit_grace(grace: float, on_restart: OnRestart | None = None) -> Iterator[dict[str, Any]]:
     """While inside, torch.distributed.run's launcher uses the grace-period agent; yields what it saw
-    (`"running"`: the ranks still running when a worker failed)."""
+    (`"running"`: the ranks still running when a worker failed). `on_restart`: see OnRestart."""
     from torch.distributed.launcher import api
 
     original = api.LocalElasticAgent
     seen: dict[str, Any] = {}
-    api.LocalElasticAgent = _grace_agent(original, grace, seen)  # type: ignore[misc]  # patched for the block
+    api.LocalElasticAgent = _grace_agent(original, grace, seen, on_restart)  # type: ignore[misc]  # patched for the block
     try:
         yield seen
     finally:
