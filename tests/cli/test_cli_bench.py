@@ -77,7 +77,7 @@ def test_bench_a_hook_model_in_several_precisions(tmp_path: Path, hook: str, cap
     rows = _csv(tmp_path)
     assert list(rows) == [("fp32", "eager"), ("bf16", "eager"), ("fp8-msamp", "eager")]
     fp32, bf16, msamp = rows.values()
-    assert fp32["status"] == "ran" and fp32["ran"] == "no"
+    assert fp32["status"] == "ran" and fp32["ran"] == "fp32 (no mixed precision)"
     assert bf16["status"] == "ran" and bf16["ran"] == "bf16"
     expected = _hand_written_fp32_losses(hook, 3)
     assert [float(v) for v in fp32["losses"].split()] == pytest.approx(expected, rel=1e-5)

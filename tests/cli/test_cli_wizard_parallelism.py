@@ -43,7 +43,7 @@ def test_hsdp_answers_become_parallelism_config_sizes_that_launch_passes_on(clea
     wizard.text("Replicas of the sharded model", "3")  # refused: must leave equal shard groups
     wizard.child.expect("give 1 or one of 2")
     wizard.child.send(BACKSPACE * 8 + "2" + ENTER)
-    wizard.child.expect("bitsandbytes quantization: not asked")
+    wizard.answer("Quantize the Linear weights", ENTER)
     finish(wizard)
     written = yaml.safe_load(config.read_text())
     assert written["parallelism_config"] == {
