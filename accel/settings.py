@@ -42,7 +42,7 @@ from accel.kwargs_handlers.fp8 import (
     SCALINGS,
     FP8RecipeKwargs,
 )
-from accel.kwargs_handlers.fsdp_names import CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
+from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
@@ -321,20 +321,6 @@ USE_FSDP = Setting(
     help="shard models with FSDP2 (torch's fully_shard) instead of DDP; the fsdp_config keys say how "
     "(an Accelerate config's distributed_type: FSDP)",
 )
-_FSDP_HELP = {
-    "fsdp_version": "2: torch's fully_shard (FSDP2); 1 (FSDP1) is refused",
-    "fsdp_auto_wrap_policy": "which submodules become sharded units: " + ", ".join(WRAP_POLICIES)
-    + " (empty: the root only)",
-    "fsdp_transformer_layer_cls_to_wrap": "transformer_based_wrap: block class names, comma-separated "
-    "(empty: the model's _no_split_modules)",
-    "fsdp_min_num_params": "size_based_wrap: parameters a submodule needs to become a unit (default 100000000)",
-    "fsdp_reshard_after_forward": "free gathered parameters after each unit's forward (less memory, one more "
-    "all-gather)",
-    "fsdp_offload_params": "keep sharded parameters, gradients and optimizer state in CPU memory",
-    "fsdp_state_dict_type": "how save_state writes the model: " + ", ".join(STATE_DICT_TYPES),
-    "fsdp_activation_checkpointing": "recompute each unit's activations in backward instead of keeping them",
-    "fsdp_cpu_ram_efficient_loading": "only process 0 reads the full weights; prepare sends them into the shards",
-}
 _FSDP_KINDS: dict[str, tuple[Kind, Any]] = {
     "fsdp_version": (FsdpVersionKind(), 2),
     "fsdp_auto_wrap_policy": (ChoiceKind(WRAP_POLICIES, optional=True), None),
@@ -348,7 +334,7 @@ _FSDP_KINDS: dict[str, tuple[Kind, Any]] = {
 }
 """Each fsdp_config key's kind and default (FullyShardedDataParallelPlugin's defaults)."""
 FSDP_OPTION_SETTINGS = tuple(
-    Setting(key, *_FSDP_KINDS[key], keyword=field, help=_FSDP_HELP[key], section=FSDP_SECTION)
+    Setting(key, *_FSDP_KINDS[key], keyword=field, help=CONFIG_HELP[key], section=FSDP_SECTION)
     for key, field in CONFIG_KEYS.items()
 )
 """The fsdp_config keys: YAML key, flag stem and ACCEL_ variable are Accelerate's key; keyword is the plugin's field."""
@@ -393,21 +379,6 @@ FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
 assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"
 
 
-def fp8_recipe_from_env(environ: Mapping[str, str] | None = None) -> FP8RecipeKwargs | None:
-    """The FP8 recipe set by ACCEL_FP8_* variables, or None when none is set.
-
-    Only the variables that are set become arguments, so `explicit_fields` names exactly
-    what the user configured. An invalid value raises ValueError naming the variable.
-    """
-    environ = os.environ if environ is None else environ
-    given = {
-        setting.yaml_key: setting.parse(environ[setting.env_var], setting.env_var)
-        for setting in FP8_SETTINGS
-        if setting.env_var in environ
-    }
-    return FP8RecipeKwargs(**given) if given else None
-
-
 def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
     """The ACCEL_* variables for `values` (setting name -> canonical value); None values are left out."""
     return {
@@ -415,29 +386,3 @@ def to_environment(values: Mapping[str, Any]) -> dict[str, str]:
         for name, value in values.items()
         if value is not None
     }
-
-
-def fsdp_fields_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """FullyShardedDataParallelPlugin's arguments from ACCEL_USE_FSDP and ACCEL_FSDP_* (or Accelerate's
-    ACCELERATE_USE_FSDP and FSDP_*), or None when use_fsdp is not true. Only the variables that are set
-    become arguments."""
-    environ = os.environ if environ is None else environ
-    if not USE_FSDP.from_env(environ):
-        return None
-    found = {s.keyword: hit for s in FSDP_OPTION_SETTINGS if (hit := s.lookup(environ)) is not None}
-    policy = found["auto_wrap_policy"][1] if "auto_wrap_policy" in found else None
-    for keyword, wanted in _ACCELERATE_FSDP_POLICY_FIELDS.items():
-        # `accelerate launch --use_fsdp` sets these whatever the policy; Accelerate reads each under its policy only
-        if keyword in found and found[keyword][0].startswith("FSDP_") and policy != wanted:
-            del found[keyword]
-    return {keyword: value for keyword, (_, value) in found.items()}
-
-_ACCELERATE_FSDP_POLICY_FIELDS = {"min_num_params": "size_based_wrap", "transformer_cls_names_to_wrap": "transformer_based_wrap"}
-"""Plugin fields whose FSDP_* variable Accelerate reads only under this auto_wrap_policy."""
-
-
-def bnb_options_from_env(environ: Mapping[str, str] | None = None) -> BitsandbytesKwargs | None:
-    """The BitsandbytesKwargs set by ACCEL_BNB_* variables, or None when none is set."""
-    environ = os.environ if environ is None else environ
-    given = {s.keyword: s.parse(environ[s.env_var], s.env_var) for s in BNB_SETTINGS if s.env_var in environ}
-    return BitsandbytesKwargs(**given) if given else None

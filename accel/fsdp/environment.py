@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from accel.settings import fsdp_fields_from_env
+from accel.settings_handlers import fsdp_fields_from_env
 
 _SOURCE = "ACCEL_USE_FSDP / ACCEL_FSDP_*, set by `accel launch --use_fsdp` and the config file's fsdp_config"
 

@@ -37,3 +37,19 @@ CONFIG_KEYS: Mapping[str, str] = MappingProxyType(
     }
 )
 """Accelerate's `fsdp_config:` keys (and `--fsdp_*` flags) -> FullyShardedDataParallelPlugin's fields."""
+
+CONFIG_HELP: Mapping[str, str] = MappingProxyType({
+    "fsdp_version": "2: torch's fully_shard (FSDP2); 1 (FSDP1) is refused",
+    "fsdp_auto_wrap_policy": "which submodules become sharded units: " + ", ".join(WRAP_POLICIES)
+    + " (empty: the root only)",
+    "fsdp_transformer_layer_cls_to_wrap": "transformer_based_wrap: block class names, comma-separated "
+    "(empty: the model's _no_split_modules)",
+    "fsdp_min_num_params": "size_based_wrap: parameters a submodule needs to become a unit (default 100000000)",
+    "fsdp_reshard_after_forward": "free gathered parameters after each unit's forward (less memory, one more "
+    "all-gather)",
+    "fsdp_offload_params": "keep sharded parameters, gradients and optimizer state in CPU memory",
+    "fsdp_state_dict_type": "how save_state writes the model: " + ", ".join(STATE_DICT_TYPES),
+    "fsdp_activation_checkpointing": "recompute each unit's activations in backward instead of keeping them",
+    "fsdp_cpu_ram_efficient_loading": "only process 0 reads the full weights; prepare sends them into the shards",
+})
+"""What each fsdp_config key does, for `accel launch --help` and the wizard."""

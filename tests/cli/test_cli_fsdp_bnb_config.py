@@ -20,14 +20,8 @@ from accel.cli.errors import CliError
 from accel.cli.launch.plan import plan_launch
 from accel.fsdp import CONFIG_KEYS, FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import BitsandbytesKwargs
-from accel.settings import (
-    BNB_SETTINGS,
-    FSDP_OPTION_SETTINGS,
-    USE_FSDP,
-    bnb_options_from_env,
-    fsdp_fields_from_env,
-    to_environment,
-)
+from accel.settings import BNB_SETTINGS, FSDP_OPTION_SETTINGS, USE_FSDP, to_environment
+from accel.settings_handlers import bnb_options_from_env, fsdp_fields_from_env
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ACCELERATE_FSDP = {

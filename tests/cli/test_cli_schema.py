@@ -15,9 +15,9 @@ from accel.settings import (
     MIXED_PRECISION,
     TOP_LEVEL_SETTINGS,
     USE_CPU,
-    fp8_recipe_from_env,
     to_environment,
 )
+from accel.settings_handlers import fp8_recipe_from_env
 
 SAMPLE_VALUES = {
     "mixed_precision": "bf16", "num_processes": 4, "num_machines": 2, "machine_rank": 1,

@@ -7,7 +7,8 @@ Accelerator built with no arguments (its error, if the precision cannot run in t
 import dataclasses
 import json
 
-from accel.settings import TOP_LEVEL_SETTINGS, fp8_recipe_from_env
+from accel.settings import TOP_LEVEL_SETTINGS
+from accel.settings_handlers import fp8_recipe_from_env
 
 report = {"settings": {s.name: s.from_env() for s in TOP_LEVEL_SETTINGS}}
 recipe = fp8_recipe_from_env()
