@@ -85,6 +85,13 @@ def test_missing_script(run_accel, one_error_line) -> None:
     assert one_error_line(result) == "accel launch: script nope.py does not exist"
 
 
+def test_a_mistyped_script_gets_the_closest_file(run_accel, one_error_line, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    result = run_accel("launch", "trian.py")
+    assert result.returncode == 2
+    assert one_error_line(result) == "accel launch: script trian.py does not exist; did you mean train.py?"
+
+
 def test_no_script(run_accel, one_error_line) -> None:
     result = run_accel("launch", "--cpu")
     assert result.returncode == 2

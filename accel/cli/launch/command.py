@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from accel._validation import closest
 from accel.cli import capabilities
 from accel.cli.arguments import CONFIG_FILE_HELP, add_setting_flags, given_settings
 from accel.cli.config.check import check_launch, needs_check
@@ -102,7 +103,11 @@ def launch(
 
 
 def _check_script(script: str) -> None:
+    """Refuse a script path that is not a file, naming the closest file of its folder (`trian.py`: train.py)."""
     path = Path(script)
     if not path.is_file():
         what = "is a directory, not a script" if path.is_dir() else "does not exist"
-        raise CliError(f"script {script} {what}")
+        folder = path.parent if path.parent.is_dir() else None
+        guess = closest(path.name, [p.name for p in folder.iterdir() if p.is_file()]) if folder and not path.is_dir() else None
+        hint = f"; did you mean {path.with_name(guess)}?" if guess else ""
+        raise CliError(f"script {script} {what}{hint}")
