@@ -213,6 +213,8 @@ def test_existing_values_are_the_defaults(clean_env: dict[str, str], tmp_path: P
         wizard.answer(question, ENTER)
     status, output = wizard.finish()
     assert status == 0, output
+    said = " ".join(wizard.transcript.getvalue().split())  # the terminal may wrap the line
+    assert f"{config} exists: its values are the defaults below, and it is replaced when you finish" in said
     assert yaml.safe_load(config.read_text()) == {
         "mixed_precision": "16-true", "num_processes": 2, "num_machines": 1, "use_cpu": True,
         "gradient_accumulation_steps": 3,

@@ -90,6 +90,9 @@ def run_wizard(args: argparse.Namespace) -> int:
     current = _existing_answers(path)
     machine = wizard.Machine(gpus=capabilities.gpu_count(), cores=capabilities.cpu_cores())
     print(f"Writing {path} ({chosen_by}). This machine: {machine.cores} CPU cores, {machine.gpus} GPU(s).")
+    if path.exists():
+        print(f"{path} exists: its values are the defaults below, and it is replaced when you finish "
+              "(Ctrl-C leaves it unchanged).")
     try:
         answers = wizard.ask_all(machine, current)
     except (KeyboardInterrupt, EOFError):
