@@ -169,6 +169,9 @@ class TextKind(Kind):
             return None
         if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
             raise _rejected(source, value, self.accepted)
+        parts = value.strip().split(".")
+        if len(parts) == 4 and all(part.isdigit() for part in parts) and any(int(part) > 255 for part in parts):
+            raise _rejected(source, value, "an IPv4 address (four numbers of 0 to 255) or a host name")
         return value.strip()
 
 

@@ -59,3 +59,22 @@ def test_several_machines_ask_rank_address_and_port(script: Script) -> None:
     assert answers == {"num_machines": 2, "machine_rank": 1, "main_process_ip": "10.0.0.1", "main_process_port": 29501}
     rank_check = next(c for q, c in script.checks.items() if "Which machine" in q)
     assert rank_check(1) is None and rank_check(2) == "machine_rank must be 0 to 1"
+
+
+def test_more_cpu_processes_than_cores_are_accepted_with_a_note(script: Script, capsys: pytest.CaptureFixture[str]) -> None:
+    script.answers["How many training processes"] = 5
+    answers = wizard.ask_devices(wizard.Machine(gpus=0, cores=2), {}, machines=1)
+    assert answers["num_processes"] == 5
+    assert "note: 5 processes on 2 CPU cores share the cores" in capsys.readouterr().out
+    script.answers["How many training processes"] = 2
+    wizard.ask_devices(wizard.Machine(gpus=0, cores=2), {}, machines=1)
+    assert "note" not in capsys.readouterr().out
+
+
+def test_an_impossible_ipv4_address_is_refused_where_every_spelling_is_checked() -> None:
+    from accel.settings import MAIN_PROCESS_IP
+
+    assert MAIN_PROCESS_IP.check("10.0.0.1", "main_process_ip") == "10.0.0.1"
+    assert MAIN_PROCESS_IP.check("node-1.cluster", "main_process_ip") == "node-1.cluster"
+    with pytest.raises(ValueError, match=r"main_process_ip='10.0.0.999' is not accepted.*four numbers of 0 to 255"):
+        MAIN_PROCESS_IP.check("10.0.0.999", "main_process_ip")

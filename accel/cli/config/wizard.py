@@ -99,6 +99,9 @@ def ask_devices(machine: Machine, current: Mapping[str, Any], machines: int) -> 
         max(1, min(previous, slots)),
         check=lambda n: None if use_cpu or n <= slots else f"at most {slots}: one process per GPU",
     )
+    if use_cpu and per_machine > slots:
+        print(f"  note: {per_machine} processes on {slots} CPU cores share the cores: each runs slower, and torch's "
+              "threads wait on each other (set OMP_NUM_THREADS=1 when launching); it runs as asked.")
     answers[NUM_PROCESSES.name] = per_machine * machines
     return answers
 
