@@ -39,7 +39,6 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     wizard.answer("fsdp_auto_wrap_policy", ENTER)  # transformer_based_wrap, the first
     wizard.answer("Class names of the transformer blocks", "Block" + ENTER)
     wizard.answer("fsdp_reshard_after_forward", "n")
-    wizard.answer("fsdp_offload_params", ENTER)
     wizard.answer("fsdp_activation_checkpointing", "y")
     wizard.answer("fsdp_cpu_ram_efficient_loading", "y")
     wizard.answer("fsdp_state_dict_type", DOWN + ENTER)
@@ -55,7 +54,7 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     assert written["fsdp_config"] == {
         "fsdp_version": 2, "fsdp_auto_wrap_policy": "transformer_based_wrap",
         "fsdp_transformer_layer_cls_to_wrap": ["Block"], "fsdp_reshard_after_forward": False,
-        "fsdp_offload_params": False, "fsdp_activation_checkpointing": True, "fsdp_cpu_ram_efficient_loading": True,
+        "fsdp_activation_checkpointing": True, "fsdp_cpu_ram_efficient_loading": True,
         "fsdp_state_dict_type": "FULL_STATE_DICT",
     }
     reports = launch(config, clean_env)

@@ -92,3 +92,13 @@ def test_modes_that_cannot_run_are_offered_with_the_reason(monkeypatch: pytest.M
     [options] = script.offered.values()
     assert [o.value for o in options if o.unavailable is None] == ["no"]
     assert all("the meta device holds no data to quantize" in o.unavailable for o in options[1:])
+
+
+def test_cpu_offload_is_asked_only_where_there_are_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU the shards are in CPU memory already: the question would offer nothing."""
+    script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": True, "fsdp_auto_wrap_policy": "no_wrap",
+                                                 "fsdp_reshard": True, "fsdp_cpu_ram": False,
+                                                 "fsdp_state_dict_type": "SHARDED_STATE_DICT"})
+    answers = wizard_fsdp.ask_fsdp({}, 2, on_gpus=False)
+    assert "fsdp_offload_params" not in answers
+    assert not any("fsdp_offload_params" in question for question in script.asked)

@@ -20,7 +20,6 @@ def answer_fsdp(wizard: Wizard, processes: str) -> None:
     wizard.answer("fsdp_auto_wrap_policy", ENTER)
     wizard.answer("Class names of the transformer blocks", "Block" + ENTER)
     wizard.answer("fsdp_reshard_after_forward", ENTER)
-    wizard.answer("fsdp_offload_params", ENTER)
     wizard.answer("fsdp_activation_checkpointing", ENTER)
     wizard.answer("fsdp_cpu_ram_efficient_loading", ENTER)
     wizard.answer("fsdp_state_dict_type", ENTER)

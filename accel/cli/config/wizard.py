@@ -155,7 +155,7 @@ def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
     if answers[MIXED_PRECISION.name] == RECIPE_PRECISION:
         answers.update(ask_recipe(current, device))
     if answers[NUM_PROCESSES.name] > 1:
-        answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name]))
+        answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name], on_gpus=not answers[USE_CPU.name]))
         answers.update(ask_parallelism(current, answers[NUM_PROCESSES.name], answers))
     answers.update(ask_quantization(current, device, answers))
     answers.update(ask_training(current))

@@ -26,8 +26,9 @@ def _current(current: Mapping[str, Any], setting: Setting) -> Any:
     return current.get(setting.name, setting.default)
 
 
-def ask_fsdp(current: Mapping[str, Any], processes: int) -> Answers:
-    """Whether to shard with FSDP2 instead of DDP, then its options; {} for DDP."""
+def ask_fsdp(current: Mapping[str, Any], processes: int, on_gpus: bool = True) -> Answers:
+    """Whether to shard with FSDP2 instead of DDP, then its options; {} for DDP. Without GPUs (`on_gpus`
+    False) CPU offload is not asked: the shards are in CPU memory already."""
     question = (f"Shard the model over the {processes} processes with FSDP (FSDP2: each keeps 1/{processes} of the "
                 "weights, gradients and optimizer state) instead of DDP (each keeps a full copy)?")
     if not ask_yes_no(question, _current(current, USE_FSDP)):
@@ -40,7 +41,7 @@ def ask_fsdp(current: Mapping[str, Any], processes: int) -> Answers:
     )
     answers[_KEY["fsdp_auto_wrap_policy"].name] = policy
     answers.update(_ask_policy_option(policy, current))
-    answers.update(_ask_flags(policy, current))
+    answers.update(_ask_flags(policy, current, on_gpus))
     answers[_KEY["fsdp_state_dict_type"].name] = ask_select(
         "How should save_state write the model (fsdp_state_dict_type)?",
         [Option("SHARDED_STATE_DICT", "SHARDED_STATE_DICT  each process its shards (loads on any number of processes)"),
@@ -64,14 +65,15 @@ def _ask_policy_option(policy: str, current: Mapping[str, Any]) -> Answers:
     return {}
 
 
-def _ask_flags(policy: str, current: Mapping[str, Any]) -> Answers:
+def _ask_flags(policy: str, current: Mapping[str, Any], on_gpus: bool) -> Answers:
     """The yes/no options; activation checkpointing only where there are units to checkpoint."""
     questions: list[tuple[Setting, str]] = [
         (_KEY["fsdp_reshard_after_forward"], "Free each unit's gathered weights after its forward "
          "(fsdp_reshard_after_forward: less memory, one more all-gather in backward)?"),
-        (_KEY["fsdp_offload_params"], "Keep the sharded weights, gradients and optimizer state in CPU memory "
-         "(fsdp_offload_params)?"),
     ]
+    if on_gpus:
+        questions.append((_KEY["fsdp_offload_params"], "Keep the sharded weights, gradients and optimizer state in CPU "
+                          "memory (fsdp_offload_params)?"))
     if policy != "no_wrap":
         questions.append((_KEY["fsdp_activation_checkpointing"], "Recompute each unit's activations in backward "
                           "instead of keeping them (fsdp_activation_checkpointing)?"))
