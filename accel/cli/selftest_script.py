@@ -96,7 +96,7 @@ def report(check: str, passed: bool, detail: str) -> bool:
     """Print one check's line; returns `passed`."""
     rank = os.environ.get("RANK")
     prefix = f"[rank {rank}] " if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else ""
-    print(f"{prefix}{'ok  ' if passed else 'FAIL'}  {check}: {detail}", flush=True)
+    say(f"{prefix}{'ok  ' if passed else 'FAIL'}  {check}: {detail}")
     return passed
 
 
@@ -132,9 +132,16 @@ def report_units(model: torch.nn.Module) -> bool:
     return report("sharding", len(units) >= 1, detail)
 
 
+def say(line: str) -> None:
+    """Print `line` in one write: the processes share one terminal, and print's separate writes of the text
+    and the newline let another process's line land in between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def verdict(passed: bool) -> int:
     """Print the final line; the exit status."""
-    print(f"accel test: {'PASS' if passed else 'FAIL'}", flush=True)
+    say(f"accel test: {'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
 
