@@ -140,22 +140,7 @@ def on_main(accelerator: CheckpointHost, action: Callable[[], T], label: str) ->
 
 def agree(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> T:
     """Run `action` on every process; if it raised on any, raise on every one (naming the first that failed)."""
-    state = accelerator.process_state
-    if not together(accelerator):
-        return action()
-    result: Any = None
-    error: Exception | None = None
-    try:
-        result = action()
-    except Exception as exc:
-        error = exc
-    failures = operations.gather_objects(None if error is None else _describe(error), state)
-    if error is not None:
-        raise error
-    for rank, failure in enumerate(failures):
-        if failure is not None:
-            raise _rebuild(failure, f"{label} failed on process {rank}")
-    return result
+    return _agreed(accelerator, action, label, share_results=False)[0]
 
 
 def agree_all(accelerator: CheckpointHost, action: Callable[[], T], label: str) -> list[T]:
@@ -164,6 +149,12 @@ def agree_all(accelerator: CheckpointHost, action: Callable[[], T], label: str) 
 
     Example: `sizes = agree_all(accelerator, lambda: {"a.bin": 3}, "save_state")` -> [{"a.bin": 3}, ...]
     """
+    return _agreed(accelerator, action, label, share_results=True)
+
+
+def _agreed(accelerator: CheckpointHost, action: Callable[[], T], label: str, share_results: bool) -> list[T]:
+    """`action` run on every process and one gather of the outcomes (the results too when `share_results`);
+    this process's result first when they are not shared."""
     state = accelerator.process_state
     if not together(accelerator):
         return [action()]
@@ -173,13 +164,14 @@ def agree_all(accelerator: CheckpointHost, action: Callable[[], T], label: str) 
         result = action()
     except Exception as exc:
         error = exc
-    outcomes = operations.gather_objects(("ok", result) if error is None else _describe(error), state)
+    sent = ("ok", result if share_results else None) if error is None else _describe(error)
+    outcomes = operations.gather_objects(sent, state)
     if error is not None:
         raise error
     for rank, outcome in enumerate(outcomes):
         if outcome[0] != "ok":
             raise _rebuild(outcome, f"{label} failed on process {rank}")
-    return [outcome[1] for outcome in outcomes]
+    return [outcome[1] for outcome in outcomes] if share_results else [result]
 
 
 def _describe(error: Exception) -> tuple[str, str, str]:

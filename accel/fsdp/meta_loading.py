@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from accel.distributed import operations
 from accel.distributed.process_state import ProcessState
 from accel.training.meta_init import materialize, meta_state
+from accel.training.model import check_same_layout
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import ValueType
@@ -83,7 +84,7 @@ def before_sharding(model: nn.Module, mode: str, state: ProcessState) -> Pending
     """Tie the weights as on process 0, check that every process has the same tensors, keep process 0's
     full state dict (references, no copy) and move every parameter to the meta device."""
     tied = _tie_as_on_process_0(model, state)
-    _check_same_layout(model, state)
+    check_same_layout(model, state, tied_names=True)
     full_state = model.state_dict() if mode == "rank0" and state.process_index == 0 else {}
     buffers = {name: _real_buffer(b, state.device) for name, b in model.named_buffers()}
     _parameters_to_meta(model)
@@ -129,18 +130,6 @@ def _tie(model: nn.Module, tied: list[list[str]]) -> None:
         for name in others:
             owner, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(owner), attribute, shared)
-
-
-def _check_same_layout(model: nn.Module, state: ProcessState) -> None:
-    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]
-    layout = [(name, tuple(t.shape), str(t.dtype)) for name, t in named]
-    for rank, theirs in enumerate(operations.gather_objects(layout, state)):
-        if theirs != layout:
-            difference = next((f"{a} here, {b} there" for a, b in zip(layout, theirs) if a != b), "a different count")
-            raise ValueError(
-                f"prepare: the model differs between process {state.process_index} and process {rank} "
-                f"({difference}); every process must build the same model before prepare()."
-            )
 
 
 def _real_buffer(buffer: torch.Tensor, device: torch.device) -> torch.Tensor:

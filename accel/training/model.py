@@ -60,7 +60,17 @@ def broadcast_module(model: nn.Module, state: ProcessState) -> None:
     Raises ValueError on every process, naming the first difference, when the processes' models
     do not have the same tensors (names, shapes, dtypes).
     """
+    check_same_layout(model, state)
     named = [*model.named_parameters(), *model.named_buffers()]
+    with torch.no_grad():
+        for _, tensor in named:
+            operations.broadcast(tensor.detach(), state, check_shapes=False)  # layout checked above
+
+
+def check_same_layout(model: nn.Module, state: ProcessState, *, tied_names: bool = False) -> None:
+    """Raise ValueError on every process, naming the first difference, unless every process's model has
+    the same tensors (names, shapes, dtypes). `tied_names`: list a tied parameter under each of its names."""
+    named = [*model.named_parameters(remove_duplicate=not tied_names), *model.named_buffers()]
     layout = [(name, tuple(t.shape), str(t.dtype)) for name, t in named]
     for rank, theirs in enumerate(operations.gather_objects(layout, state)):
         if theirs != layout:
@@ -69,9 +79,6 @@ def broadcast_module(model: nn.Module, state: ProcessState) -> None:
                 f"prepare: the model differs between process {state.process_index} and process {rank} "
                 f"({difference}); every process must build the same model before prepare()."
             )
-    with torch.no_grad():
-        for _, tensor in named:
-            operations.broadcast(tensor.detach(), state, check_shapes=False)  # layout checked above
 
 
 def wrap_for_processes(model: nn.Module, state: ProcessState, options: DistributedDataParallelKwargs) -> nn.Module:
