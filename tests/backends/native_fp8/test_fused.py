@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -206,3 +211,26 @@ def test_the_backend_says_when_the_eager_kernels_run(monkeypatch: pytest.MonkeyP
         assert describe().endswith(", eager CPU kernels)")
     finally:
         fused._probe.cache_clear()
+
+
+_FIRST_USE = (
+    "import torch\n"
+    "from accel.backends.native_fp8 import fused\n"
+    "fused.quantize_operand(torch.randn(64), torch.tensor(1.0), torch.float8_e4m3fn, torch.float32)\n"
+    "fused.quantize_operand(torch.randn(64, dtype=torch.bfloat16), torch.tensor(1.0), torch.float8_e4m3fn, torch.float32)\n"
+)
+
+
+def test_the_first_compile_says_what_it_does_once_and_a_cached_run_says_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env.pop("LOCAL_RANK", None)
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", _FIRST_USE], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    first = run()
+    assert first.count("accel: native FP8 is compiling its fused CPU kernels") == 1, first
+    assert str(tmp_path / "inductor") in first
+    assert "compiling" not in run()  # both kernels come from the disk cache now
