@@ -85,13 +85,15 @@ def test_with_fsdp_the_int8_modes_are_shown_with_the_reason(monkeypatch: pytest.
     assert refused == {"int8", "int8-training"}
 
 
-def test_modes_that_cannot_run_are_offered_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the meta device no mode runs (nothing to quantize): each is shown with why, and only 'no' can be chosen."""
-    script = scripted(monkeypatch, wizard_bnb, {"Quantize": "no"})
+def test_when_no_mode_can_run_for_one_reason_it_is_said_once_and_nothing_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the meta device no mode runs (nothing to quantize): one line with the reason, not six disabled modes."""
+    script = scripted(monkeypatch, wizard_bnb, {})
     assert wizard_bnb.ask_quantization({}, torch.device("meta"), {"mixed_precision": "no"}) == {}
-    [options] = script.offered.values()
-    assert [o.value for o in options if o.unavailable is None] == ["no"]
-    assert all("the meta device holds no data to quantize" in o.unavailable for o in options[1:])
+    out = capsys.readouterr().out
+    assert script.asked == [] and out.count("the meta device holds no data to quantize") == 1
+    assert "bitsandbytes quantization: not asked, no mode can run here" in out
 
 
 def test_cpu_offload_is_asked_only_where_there_are_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

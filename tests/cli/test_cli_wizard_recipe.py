@@ -47,3 +47,21 @@ def test_a_refused_value_says_why_in_a_menu_line() -> None:
 def test_base_precisions_are_all_offered_and_the_slow_ones_marked() -> None:
     assert offered("native", "base_precision") == ["bf16", "fp16", "fp32", "bf16-true", "16-true"]
     assert not wizard_recipe._slow("fp32", CPU)
+
+
+def test_the_defaults_line_names_the_scaling_the_backend_runs_not_a_dash() -> None:
+    native = {s.yaml_key: wizard_recipe.shown_default(s, "native") for s in wizard_recipe.recipe_fields()}
+    assert native["scaling"] == "delayed" and native["exclude_modules"] == "none"
+    assert wizard_recipe.shown_default(FP8_SETTINGS_BY_KEY["scaling"], "ao") == "current"
+
+
+def test_backend_menu_reasons_fit_a_line() -> None:
+    """te and msamp reasons carry install commands in parentheses: the menu shows the gist (accel env the rest)."""
+    from accel.cli import capabilities
+    from accel.cli.config.prompts import MENU_REASON_WIDTH, short_reason
+
+    for name, reason in capabilities.fp8_backend_status(CPU).items():
+        brief = short_reason(reason)
+        assert brief is None or (len(brief) <= MENU_REASON_WIDTH and "(" not in brief and "pip install" not in brief), name
+    assert short_reason("A (b (c) d) e. More.") == "A e"
+    assert short_reason("x" * 300) == "x" * (MENU_REASON_WIDTH - 3) + "..."

@@ -106,6 +106,15 @@ def _registered(name: str) -> type[FP8Backend]:
     return FP8_BACKENDS[name]
 
 
+def default_scaling(backend: str) -> str:
+    """The scaling `backend` runs when the recipe names none (its first), for `auto` native's.
+
+    >>> default_scaling("native")
+    'delayed'
+    """
+    return _registered("native" if backend == "auto" else backend).scalings[0]
+
+
 def _import_backends() -> None:
     """Import the backend modules, which register themselves (none imports its library)."""
     import accel.backends.fp8.ao  # noqa: F401

@@ -95,9 +95,17 @@ def ask_setting(
     return ask_text(setting, question, default, check=problem)
 
 
+MENU_REASON_WIDTH = 100
+"""The most characters of a reason a menu line shows (`accel env` gives the whole reason)."""
+
+
 def short_reason(reason: str | None) -> str | None:
-    """A reason cut to fit a menu line: its first sentence, without a leading "FP8RecipeKwargs(...)"."""
+    """A reason cut to fit a menu line: its first sentence, without a leading "FP8RecipeKwargs(...)",
+    without parenthesised details (install commands, paths), at most MENU_REASON_WIDTH characters."""
     if reason is None:
         return None
-    first = reason.split(". ")[0].rstrip(".")
-    return re.sub(r"^FP8RecipeKwargs\([^)]*\) ", "", first)
+    text = re.sub(r"^FP8RecipeKwargs\([^)]*\) ", "", reason)
+    while (brief := re.sub(r" ?\([^()]*\)", "", text)) != text:  # innermost parentheses first
+        text = brief
+    first = text.split(". ")[0].rstrip(".")
+    return first if len(first) <= MENU_REASON_WIDTH else first[: MENU_REASON_WIDTH - 3].rstrip() + "..."

@@ -28,9 +28,14 @@ def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[s
     if answers.get(MIXED_PRECISION.name) == RECIPE_PRECISION:
         print("  bitsandbytes quantization: not asked, fp8 replaces the same Linear layers")
         return {}
+    modes = _mode_options(device, bool(answers.get(USE_FSDP.name)))
+    reasons = {option.unavailable for option in modes}
+    if len(reasons) == 1 and None not in reasons:  # one reason for every mode: say it once, not six times
+        print(f"  bitsandbytes quantization: not asked, no mode can run here ({reasons.pop()})")
+        return {}
     mode = ask_select(
         "Quantize the Linear weights with bitsandbytes (stored in 4 or 8 bits; QLoRA)?",
-        [Option(_NO, f"{_NO:<14} keep them as they are"), *_mode_options(device, bool(answers.get(USE_FSDP.name)))],
+        [Option(_NO, f"{_NO:<14} keep them as they are"), *modes],
         current.get(MODE.name, MODE.default) if _configured(current) else _NO,
     )
     if mode == _NO:

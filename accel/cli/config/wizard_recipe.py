@@ -14,7 +14,7 @@ from typing import Any
 
 from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
-from accel.cli.config.prompts import Option, ask_select, ask_setting, ask_yes_no
+from accel.cli.config.prompts import Option, ask_select, ask_setting, ask_yes_no, short_reason
 from accel.cli.help_text import describe
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import (
@@ -37,13 +37,16 @@ SLOW_MARK = " [slow on this CPU]"
 def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
     """The backend (those that cannot run on `device` shown with why), then, if the user wants to
     change them, the recipe fields that backend honours, each offering only what it runs."""
-    options = [Option(name, name, reason) for name, reason in capabilities.fp8_backend_status(device).items()]
+    status = capabilities.fp8_backend_status(device)
+    options = [Option(name, name, short_reason(reason)) for name, reason in status.items()]
     backend = ask_select("Which FP8 backend?", options, current.get(BACKEND.name, BACKEND.default))
+    if any(short_reason(reason) != reason for reason in status.values()):
+        print("  (`accel env` says in full why a backend cannot run here, with how to install it)")
     answers: Answers = {BACKEND.name: backend}
     fields = recipe_fields()
     usable = [s for s in fields if honoured(s, answers, device)]
     print(f"FP8 recipe defaults ({backend} backend): "
-          + ", ".join(f"{s.yaml_key} {s.format(s.default) or '-'}" for s in usable))
+          + ", ".join(f"{s.yaml_key} {shown_default(s, backend)}" for s in usable))
     unused = [s.yaml_key for s in fields if s not in usable]
     if unused:
         print(f"  not used by the {backend!r} backend, left at their defaults: {', '.join(unused)}")
@@ -52,6 +55,16 @@ def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
             _ask_field(setting, answers, current, device)
     _say_if_slow(answers, device)
     return answers
+
+
+def shown_default(setting: Setting, backend: str) -> str:
+    """A field's default as the user should read it: the scaling the backend runs when none is given
+    (not "-"), "none" for an empty list."""
+    if setting.yaml_key == "scaling" and setting.default is None:
+        from accel.backends.fp8.choice import default_scaling
+
+        return default_scaling(backend)
+    return setting.format(setting.default) or "none"
 
 
 def recipe_fields() -> list[Setting]:
@@ -63,7 +76,7 @@ def recipe_fields() -> list[Setting]:
 def _ask_field(setting: Setting, answers: Answers, current: Mapping[str, Any], device: Any) -> None:
     """Ask one field (unless earlier answers left the backend nothing to choose); store it if not the default."""
     if not honoured(setting, answers, device):
-        print(f"  {setting.yaml_key}: kept at {setting.format(setting.default) or '-'} (not used with these answers)")
+        print(f"  {setting.yaml_key}: kept at {shown_default(setting, answers[BACKEND.name])} (not used with these answers)")
         return
     slow = setting.yaml_key == "base_precision"
     value = ask_setting(
