@@ -205,7 +205,7 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
             "(from accel.utils import FullyShardedDataParallelPlugin)."
         )
     if quantizer is not None:
-        quantizer.check_sharding()
+        quantizer.check_sharding(bool(plugin.cpu_ram_efficient_loading))
     precision.configure_fsdp()
     # the plugin's __post_init__ made a dict of fields a MixedPrecisionPolicy
     mixed_precision_policy(precision.fsdp_precision, cast("MixedPrecisionPolicy | None", plugin.mixed_precision_policy))

@@ -35,11 +35,12 @@ def train(steps: int) -> tuple[Accelerator, torch.nn.Module, list[float], float]
     inputs = torch.randn(512, 16)
     targets = inputs @ torch.randn(16, 1)
     accelerator = Accelerator()
-    model = build_model(block_class_names())
+    model = accelerator.prepare(build_model(block_class_names(), adapters=quantized()))
+    # Built over what trains after prepare, as a QLoRA script does: quantized Linear weights are frozen.
     # eps=1e-8 (the default) rounds to 0 in fp16, and a unit whose gradient is 0 would get 0/0 under 16-true.
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, eps=1e-6)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2, eps=1e-6)
     loader = DataLoader(TensorDataset(inputs, targets), batch_size=64, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    optimizer, loader = accelerator.prepare(optimizer, loader)
     losses: list[float] = []
     start = time.perf_counter()
     while len(losses) < steps:
@@ -62,17 +63,32 @@ def block_class_names() -> list[str]:
     return list(names) if names else ["Block"]
 
 
-def build_model(block_names: list[str]) -> torch.nn.Module:
-    """16 inputs -> 32 features -> two residual MLP blocks per name (classes of that name) -> 1 output."""
+def quantized() -> bool:
+    """Whether the config quantizes the Linear layers with bitsandbytes (bnb_config, ACCEL_BNB_MODE)."""
+    from accel.settings import BNB_SETTINGS_BY_KEY
+
+    return BNB_SETTINGS_BY_KEY["mode"].env_var in os.environ
+
+
+def build_model(block_names: list[str], adapters: bool = False) -> torch.nn.Module:
+    """16 inputs -> 32 features -> two residual MLP blocks per name (classes of that name) -> 1 output.
+
+    With `adapters`, each block also has a rank-4 low-rank adapter (two plain parameters, the second
+    zero, as LoRA starts) beside its MLP: what trains when bitsandbytes freezes the Linear weights.
+    """
+    import torch
     from torch import nn
 
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.fc, self.act, self.proj = nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32)
+            self.down = nn.Parameter(torch.randn(32, 4) / 32**0.5) if adapters else None
+            self.up = nn.Parameter(torch.zeros(4, 32)) if adapters else None
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.proj(self.act(self.fc(x)))
+            y = x + self.proj(self.act(self.fc(x)))
+            return y if self.down is None or self.up is None else y + (x @ self.down.to(x.dtype)) @ self.up.to(x.dtype)
 
     class SelfTestModel(nn.Module):
         _no_split_modules = block_names

@@ -106,8 +106,9 @@ class Quantizer:
             return dequantize_gathered(gathered, model) if dequantize else gathered
         return dequantized_state_dict(model) if dequantize else quantized_state_dict(model)
 
-    def check_sharding(self) -> None:
-        """Raise ValueError, at construction, when this mode cannot be sharded by FSDP2 (fsdp_plugin).
+    def check_sharding(self, ram_efficient_loading: bool = False) -> None:
+        """Raise ValueError, at construction, when this mode cannot be sharded by FSDP2 (fsdp_plugin), or
+        not with `ram_efficient_loading` (the plugin's cpu_ram_efficient_loading).
 
         The 4-bit modes shard: each frozen packed weight is split over the processes like any other
         parameter and all-gathered for its layer's forward, its quant state (a few scales) kept whole on
@@ -116,6 +117,14 @@ class Quantizer:
         from a copy FSDP frees after each forward. Example: `Accelerator(fsdp_plugin=plugin,
         kwarg_handlers=[BitsandbytesKwargs(mode="nf4", dtype=torch.float32)])` runs QLoRA sharded.
         """
+        if self.mode.is_4bit and ram_efficient_loading:
+            raise ValueError(
+                f"BitsandbytesKwargs(mode={self.mode.name!r}) with FullyShardedDataParallelPlugin("
+                "cpu_ram_efficient_loading=True) cannot run: accel quantizes the Linear layers in prepare, on every "
+                "process, and does not send process 0's packed weights and quant states into the other processes' "
+                "shards. Set cpu_ram_efficient_loading=False (fsdp_cpu_ram_efficient_loading: false): each process "
+                "quantizes its own copy, built from the same checkpoint or seed."
+            )
         if self.mode.is_4bit:
             return
         raise ValueError(

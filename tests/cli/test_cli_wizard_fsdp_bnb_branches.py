@@ -104,3 +104,12 @@ def test_cpu_offload_is_asked_only_where_there_are_gpus(monkeypatch: pytest.Monk
     answers = wizard_fsdp.ask_fsdp({}, 2, on_gpus=False)
     assert "fsdp_offload_params" not in answers
     assert not any("fsdp_offload_params" in question for question in script.asked)
+
+
+def test_with_ram_efficient_loading_the_4bit_modes_are_shown_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """accel quantizes in prepare, on every process: nothing sends process 0's packed weights into the shards."""
+    script = scripted(monkeypatch, wizard_bnb, {"Quantize": "no"})
+    answers = {"use_fsdp": True, "fsdp_cpu_ram_efficient_loading": True}
+    assert wizard_bnb.ask_quantization({}, torch.device("cpu"), answers) == {}
+    [options] = script.offered.values()
+    assert {o.value for o in options if o.unavailable == wizard_bnb.RAM_LOADING_REASON} == {"nf4", "nf4-dq", "fp4", "fp4-dq"}

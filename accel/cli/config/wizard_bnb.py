@@ -12,7 +12,7 @@ from typing import Any
 
 from accel.cli.config.prompts import Option, ask_select, ask_text, short_reason
 from accel.kwargs_handlers.bitsandbytes import INT8_MODES
-from accel.settings import BNB_SETTINGS_BY_KEY, MIXED_PRECISION, RECIPE_PRECISION, USE_FSDP
+from accel.settings import BNB_SETTINGS_BY_KEY, FSDP_SETTINGS_BY_KEY, MIXED_PRECISION, RECIPE_PRECISION, USE_FSDP
 
 Answers = dict[str, Any]
 
@@ -21,6 +21,8 @@ _NO = "no"
 _DEFAULT_DTYPE = "default"
 INT8_DTYPE_REASON = "the int8 modes compute in float16 only (LLM.int8())"
 FSDP_REASON = "FSDP shards the 4-bit modes only"
+RAM_LOADING_REASON = "not with fsdp_cpu_ram_efficient_loading (each process quantizes its own copy)"
+RAM_LOADING = FSDP_SETTINGS_BY_KEY["fsdp_cpu_ram_efficient_loading"]
 
 
 def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[str, Any]) -> Answers:
@@ -28,7 +30,7 @@ def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[s
     if answers.get(MIXED_PRECISION.name) == RECIPE_PRECISION:
         print("  bitsandbytes quantization: not asked, fp8 replaces the same Linear layers")
         return {}
-    modes = _mode_options(device, bool(answers.get(USE_FSDP.name)))
+    modes = _mode_options(device, bool(answers.get(USE_FSDP.name)), bool(answers.get(RAM_LOADING.name)))
     reasons = {option.unavailable for option in modes}
     if len(reasons) == 1 and None not in reasons:  # one reason for every mode: say it once, not six times
         print(f"  bitsandbytes quantization: not asked, no mode can run here ({reasons.pop()})")
@@ -41,7 +43,7 @@ def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[s
     if mode == _NO:
         return {}
     result: Answers = {MODE.name: mode}
-    dtype = _ask_dtype(mode, current)
+    dtype = _ask_dtype(mode, current, {**answers, MODE.name: mode})
     if dtype is not None:
         result[DTYPE.name] = dtype
     ignored = ask_text(IGNORE, "Modules to keep unquantized (fnmatch patterns such as lm_head, comma-separated; "
@@ -55,14 +57,17 @@ def _configured(current: Mapping[str, Any]) -> bool:
     return any(setting.name in current for setting in BNB_SETTINGS_BY_KEY.values())
 
 
-def _mode_options(device: Any, fsdp: bool) -> list[Option]:
-    """Every mode, with what it stores, and why it cannot run on `device` (or under FSDP) where it cannot."""
+def _mode_options(device: Any, fsdp: bool, ram_loading: bool) -> list[Option]:
+    """Every mode, with what it stores, and why it cannot run on `device` (or under FSDP, or with FSDP's
+    cpu_ram_efficient_loading) where it cannot."""
     from accel.quantization.capability import supported_modes
     from accel.quantization.modes import MODES
 
     def reason(mode: str, device_reason: str | None) -> str | None:
         if fsdp and not MODES[mode].is_4bit:
             return FSDP_REASON
+        if fsdp and ram_loading:
+            return RAM_LOADING_REASON
         return short_reason(device_reason)
 
     return [
@@ -71,12 +76,27 @@ def _mode_options(device: Any, fsdp: bool) -> list[Option]:
     ]
 
 
-def _ask_dtype(mode: str, current: Mapping[str, Any]) -> str | None:
-    """The compute dtype (None: the precision's, or float16 for int8); the int8 modes offer float16 only."""
+def _ask_dtype(mode: str, current: Mapping[str, Any], answers: Mapping[str, Any]) -> str | None:
+    """The compute dtype (None: the precision's, or float16 for int8); the int8 modes offer float16 only, and
+    a dtype the configuration cannot run (the precision's float64, for one) is shown with the reason."""
     int8 = mode in INT8_MODES
-    options = [Option(_DEFAULT_DTYPE, "default: float16" if int8 else "default: the precision's compute dtype")]
+    options = [Option(_DEFAULT_DTYPE, "default: float16" if int8 else "default: the precision's compute dtype",
+                      _dtype_problem(answers, None))]
     for name in DTYPE.kind.choices:
-        options.append(Option(name, name, INT8_DTYPE_REASON if int8 and name != "float16" else None))
+        options.append(Option(name, name, INT8_DTYPE_REASON if int8 and name != "float16" else _dtype_problem(answers, name)))
     previous = current.get(DTYPE.name) or _DEFAULT_DTYPE
     answer = ask_select("Which dtype should the quantized layers compute in?", options, previous)
     return None if answer == _DEFAULT_DTYPE else answer
+
+
+def _dtype_problem(answers: Mapping[str, Any], dtype: str | None) -> str | None:
+    """Why the configuration `answers` with compute dtype `dtype` cannot run here (the check `accel launch`
+    runs, shortened for a menu line), or None."""
+    from accel.cli.config.check import check_values
+    from accel.cli.errors import CliError
+
+    try:
+        check_values({**answers, **({DTYPE.name: dtype} if dtype else {})})
+    except CliError as error:
+        return short_reason(str(error).split(": ", 1)[-1])
+    return None
