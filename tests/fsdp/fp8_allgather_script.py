@@ -85,8 +85,8 @@ class Traffic:
             dist.all_gather_single = self._original
 
 
-def prepared(base: str, fp8_params: bool) -> tuple[Accelerator, nn.Module, torch.optim.Optimizer]:
-    recipe = FP8RecipeKwargs(backend="native", base_precision=base, fp8_params=fp8_params)
+def prepared(base: str, fp8_params: bool, scaling: str = "delayed") -> tuple[Accelerator, nn.Module, torch.optim.Optimizer]:
+    recipe = FP8RecipeKwargs(backend="native", base_precision=base, fp8_params=fp8_params, scaling=scaling)
     plugin = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"])
     accelerator = Accelerator(cpu=True, mixed_precision="fp8", kwarg_handlers=[recipe], fsdp_plugin=plugin)
     model = make_model()
@@ -111,8 +111,8 @@ def parameter_bytes(model: nn.Module) -> dict[str, int]:
     return {"masters": masters, "fp8": fp8, "values": sum(p.numel() for p in model.parameters())}
 
 
-def train(tag: str, base: str, fp8_params: bool) -> None:
-    accelerator, model, optimizer = prepared(base, fp8_params)
+def train(tag: str, base: str, fp8_params: bool, scaling: str = "delayed") -> None:
+    accelerator, model, optimizer = prepared(base, fp8_params, scaling)
     seen: list[str] = []
     layer = model.blocks[0].up
     layer.register_forward_pre_hook(
@@ -169,4 +169,6 @@ if __name__ == "__main__":
     train("hp", "fp32", fp8_params=False)
     train("fp8_bf16", "bf16", fp8_params=True)
     train("bf16", "bf16", fp8_params=False)
+    train("fp8_current", "fp32", fp8_params=True, scaling="current")
+    train("hp_current", "fp32", fp8_params=False, scaling="current")
     resume(sys.argv[1])

@@ -35,6 +35,9 @@ def test_fp8_all_gather_trains_exactly_as_the_high_precision_all_gather(run) -> 
     # the same FP8 bytes reach the GEMMs: cast per shard with the whole weight's scale, or from the gathered fp32 weight
     assert run.of("fp8_losses") == run.of("hp_losses")
     assert run.results[0]["fp8_weights"] == run.results[0]["hp_weights"]
+    assert run.of("fp8_current_losses") == run.of("hp_current_losses")  # current scaling: the same
+    assert run.results[0]["fp8_current_weights"] == run.results[0]["hp_current_weights"]
+    assert run.of("fp8_current_losses") != run.of("fp8_losses")
     losses = run.of("fp8_losses")[0]
     assert losses[-1] < losses[0]
     # evaluation without FP8 runs on the dequantized FP8 weights: close to the fp32 weights, not equal
