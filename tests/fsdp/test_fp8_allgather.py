@@ -5,12 +5,14 @@ save_state/load_state resume continues exactly."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from fp8_allgather_script import BATCH, STEPS, batch, make_model
 from launching import launch
 
-from accel import Accelerator, FP8RecipeKwargs
+from accel import Accelerator, FP8RecipeKwargs, FullyShardedDataParallelPlugin
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +78,30 @@ def test_traffic_and_memory_per_process(run) -> None:  # type: ignore[no-untyped
 
 def test_resume_from_save_state_is_exact(run) -> None:  # type: ignore[no-untyped-def]
     assert run.of("resumed") == run.of("straight")
+
+
+def test_one_process_fsdp_with_fp8_params_trains_as_without() -> None:
+    """With one process nothing is sharded (no all-gather): the weights stay masters the FP8 layers cast once a step."""
+    losses, gathered = {}, {}
+    for fp8_params in (False, True):
+        recipe = FP8RecipeKwargs(backend="native", base_precision="fp32", fp8_params=fp8_params)
+        accelerator = Accelerator(cpu=True, mixed_precision="fp8", kwarg_handlers=[recipe],
+                                  fsdp_plugin=FullyShardedDataParallelPlugin())
+        model = make_model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the one-process FSDP warning
+            model, optimizer = accelerator.prepare(model, optimizer)
+        seen: list[str] = []
+        model.blocks[0].up.register_forward_pre_hook(lambda m, _, seen=seen: seen.append(type(m.weight).__name__))
+        losses[fp8_params] = []
+        for index in range(3):
+            loss = torch.nn.functional.mse_loss(model(batch(index)[0]).float(), batch(index)[1])
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses[fp8_params].append(loss.item())
+        gathered[fp8_params] = set(seen)
+        accelerator.end_training()
+    assert gathered == {False: {"Parameter"}, True: {"ShardedMaster"}}
+    assert losses[True] == losses[False]
