@@ -42,6 +42,7 @@ from accel.backends.native_fp8 import (
 from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
 from accel.backends.native_fp8.data_parallel import any_process, broadcast_from_first, ignore_in_ddp
 from accel.backends.native_fp8.fp8_weight import FP8Weight
+from accel.backends.native_fp8.fsdp_weight import cast_shards, gather_in_fp8
 from accel.backends.native_fp8.levels import LEVELS
 from accel.backends.native_fp8.optimizer_state import StatePreserver
 from accel.backends.native_fp8.scaled_step import LevelStep
@@ -57,9 +58,19 @@ step of the transformers Llama benchmark), amax and scale are kept at every step
 NATIVE_FSDP_STORAGE = (
     "O1/O2 keep each converted weight in float16 with a scale and its gradient in FP8 outside param.grad, "
     "averaged by accel's own all-reduce; fully_shard shards and reduce-scatters param.data and param.grad only, "
-    "so that storage is not sharded yet (and fp8_params' FP8 weight copy would be a full, unsharded one)."
+    "so that storage is not sharded."
 )
-"""Why O1/O2 storage and fp8_params do not run under FSDP2 on the native backend."""
+"""Why O1/O2 storage does not run under FSDP2 on the native backend."""
+
+FSDP_FP8_PARAMS_MODE = (
+    "weights all-gathered in FP8 (fp8_params: each process keeps its shard in FP8 beside the high-precision "
+    "master shard, cast once per optimizer step with the whole weight's scale, one all-reduce of the amaxes); "
+    "gradients and optimizer state sharded in high precision (O1/O2 storage does not run under FSDP)"
+)
+FSDP_MODE = (
+    "FP8 GEMMs on the weights FSDP gathers (in the base precision's dtype); weights, gradients and optimizer "
+    "state sharded in high precision (O1/O2 storage does not run under FSDP)"
+)
 
 ROUNDING_SEED = 0x5EED
 """Seed of the stochastic-rounding generators: fixed, so that every process of a data-parallel
@@ -113,23 +124,23 @@ class NativeFP8(FP8Backend):
         """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
         self._sharded = False
         """Under FSDP2 (configure_fsdp): no O1/O2 storage; the FP8 GEMMs run on the gathered weights."""
+        self._gathered_layers: list[Float8Linear | Float8Conv1D] = []
+        """Under FSDP2 with fp8_params: the layers whose weights are all-gathered in FP8 (fsdp_weight.py)."""
 
     # ------------------------------------------------------------------ preparing
     def configure_fsdp(self) -> None:
-        """Under FSDP2: the FP8 GEMMs run on the weights FSDP gathers; O1/O2 storage and fp8_params
-        are refused when asked for, and otherwise do not run (see NATIVE_FSDP_STORAGE)."""
-        for field in ("optimization_level", "fp8_params"):
-            if field in self.recipe.explicit_fields and getattr(self.recipe, field):
-                raise ValueError(
-                    f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on backend='native' under "
-                    f"FSDP: {NATIVE_FSDP_STORAGE} Leave {field} out under FSDP (the FP8 GEMMs still run), or "
-                    "train under DDP (leave out the fsdp_plugin) to keep it."
-                )
+        """Under FSDP2: the FP8 GEMMs run on the weights FSDP gathers; with fp8_params those are
+        all-gathered in FP8 (native_fp8/fsdp_weight.py). O1/O2 storage is refused when asked for,
+        and otherwise does not run (see NATIVE_FSDP_STORAGE)."""
+        field = "optimization_level"
+        if field in self.recipe.explicit_fields and self.recipe.optimization_level:
+            raise ValueError(
+                f"FP8RecipeKwargs({field}={self.recipe.optimization_level!r}) cannot run on backend='native' under "
+                f"FSDP: {NATIVE_FSDP_STORAGE} Leave {field} out under FSDP (the FP8 GEMMs still run), or "
+                "train under DDP (leave out the fsdp_plugin) to keep it."
+            )
         self._sharded = True
-        self.fsdp_mode = (
-            "FP8 GEMMs on the weights FSDP gathers (in the base precision's dtype); weights, gradients and optimizer "
-            "state sharded in high precision (O1/O2 storage does not run under FSDP)"
-        )
+        self.fsdp_mode = FSDP_FP8_PARAMS_MODE if self.recipe.fp8_params else FSDP_MODE
 
     def _describe_level(self, level: str) -> str:
         return "" if self._sharded else level
@@ -151,7 +162,12 @@ class NativeFP8(FP8Backend):
         self.scalers = ScalerGroup({**self.scalers.scalers, **scalers_of(module)})
         if not self._sharded:
             self._make_compact(module)
-        if self.recipe.fp8_params:
+        if self.recipe.fp8_params and self._sharded:  # FSDP2 gathers them in FP8, cast per shard after each step
+            for layer in float8_layers(module).values():
+                layer.fp8_weight = gather_in_fp8(layer, layer.weight_scaler)
+                self._fp8_weights.append(layer.fp8_weight)
+                self._gathered_layers.append(layer)
+        elif self.recipe.fp8_params:
             self._fp8_weights.extend(layer.keep_fp8_weight() for layer in float8_layers(module).values())
         return module
 
@@ -257,6 +273,8 @@ class NativeFP8(FP8Backend):
         if stepped:
             for fp8_weight in self._fp8_weights:
                 fp8_weight.invalidate()
+            if self._gathered_layers:  # with the scales just updated, as a first forward would cast them
+                cast_shards(self._gathered_layers)
 
     def _fp8_nonfinite(self, group: CompactGroup | None) -> torch.Tensor:
         """0-dim bool tensor, the same on every process: did an FP8 tensor or FP8 gradient hold inf/NaN?"""
@@ -336,6 +354,8 @@ class NativeFP8(FP8Backend):
             raise ValueError(f"FP8 gradient state names parameters this model does not hold in FP8: {unknown[:8]}")
         for name, part in self.compact_parameters.items():
             part.grad.load_state_dict(gradients.get(name, {}))
+        for fp8_weight in self._fp8_weights:  # the weights are loaded too: cast again at their next use
+            fp8_weight.invalidate()
 
     def teardown(self) -> None:
         self._state_preserver.remove()

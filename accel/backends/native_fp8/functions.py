@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.fp8_weight import FP8Weight
+from accel.backends.native_fp8.fsdp_weight import GatheredFP8Weight
 from accel.backends.native_fp8.gemm import as_mat2, gemm, operand, weight_gradient, weight_gradient_product
 from accel.backends.native_fp8.scaling import TensorScaler
 
@@ -40,11 +41,13 @@ def linear_forward(
     input_scaler, weight_scaler, _ = scalers
     x_op, x_inv = input_scaler.quantize_operand(x)
     weight_scale_inv = None if compact is None else compact.weight.storage.data_scale_inv
-    w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
-    if fp8_weight is None:
+    if isinstance(weight, GatheredFP8Weight):  # FSDP2 all-gathered it in FP8 (fp8_params, fsdp_weight.py)
+        w_op, w_inv = operand(weight.fp8_rows(transposed)), weight._scale_inv
+    elif fp8_weight is None:
+        w = weight.t() if transposed else weight  # (out, in); the cast writes it row-major
         w_op, w_inv = weight_scaler.quantize_operand(w, weight_scale_inv)
     else:  # kept in FP8 between steps
-        w_q, w_inv = fp8_weight.get(w, weight_scaler, weight_scale_inv)
+        w_q, w_inv = fp8_weight.get(weight.t() if transposed else weight, weight_scaler, weight_scale_inv)
         w_op = operand(w_q)
     if bias is not None and compact is not None and compact.bias is not None:
         bias = compact.bias.storage.value(out_dtype)

@@ -26,6 +26,7 @@ from accel.backends.native_fp8 import compiled
 from accel.backends.native_fp8.compact import CompactLayer
 from accel.backends.native_fp8.formats import format_dtypes
 from accel.backends.native_fp8.fp8_weight import FP8Weight
+from accel.backends.native_fp8.fsdp_weight import plain_master
 from accel.backends.native_fp8.functions import CompactLinearFunction, Float8LinearFunction
 from accel.backends.native_fp8.gemm import as_mat2, pad_rows, scaled_mm, weight_gradient
 from accel.backends.native_fp8.scaling import TensorScaler, check_scaling_args
@@ -268,6 +269,8 @@ class Float8Linear(nn.Linear):
         # Real values in the original dtype, not the 16-bit storage: the state dict of
         # the unconverted model.
         super()._save_to_state_dict(destination, prefix, keep_vars)
+        if not keep_vars and prefix + "weight" in destination:  # under FSDP2 with FP8 all-gather: the plain master
+            destination[prefix + "weight"] = plain_master(destination[prefix + "weight"])
         if self.compact is not None:
             for name, part in self.compact.named():
                 destination[prefix + name] = part.storage.value(part.storage.high_precision_dtype)

@@ -190,6 +190,18 @@ class TensorScaler:
             self._count(x, q, amax * scale)
         return q, scale.reciprocal()
 
+    def quantize_part(self, part: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cast ``part`` of a tensor whose amax (over all its parts) is ``amax``; returns ``(part_fp8,
+        scale_inv)``. Every part cast with the same ``amax`` (and scaler state) gets the scale the
+        whole tensor would, so the parts are bit for bit the whole's cast (FSDP2 shards, fsdp_weight.py)."""
+        part = part.detach()
+        self.step_amax = torch.maximum(self.step_amax, amax)
+        scale = self._scale_for(amax)
+        q = cast_to_fp8(part, scale, self.dtype)
+        if self.count_stats:
+            self._count(part, q, amax * scale)
+        return q, scale.reciprocal()
+
     def quantize_operand(
         self, x: torch.Tensor, x_scale_inv: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
