@@ -72,7 +72,7 @@ class FSDPStrategy(ParallelStrategy):
         """Taken before the precision converts the model: a backend may replace Parameters (torchao's FP8
         all-gather wraps each weight in a new one), and an optimizer built before prepare still holds
         the originals; `wrap_model` points it at the sharded parameters of the same names."""
-        return parameter_names(unwrap_model(model))
+        return parameter_names(unwrap_model(model, keep_torch_compile=False))
 
     def builds_on_meta(self) -> bool:
         """Under cpu_ram_efficient_loading with several processes, every process but 0 builds on the meta device."""
@@ -106,8 +106,8 @@ class FSDPStrategy(ParallelStrategy):
 
     def retarget_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[nn.Module]) -> None:
         """Point an optimizer built before its model was sharded at the sharded parameters."""
-        for model in models:
-            retarget_optimizer(optimizer, self.names, model)
+        for model in models:  # the names are those of the model as given (not of a compiled wrapper's _orig_mod.)
+            retarget_optimizer(optimizer, self.names, unwrap_model(model, keep_torch_compile=False))
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
         """Skip the gradient reduce-scatter inside the block (FSDP2's set_requires_gradient_sync)."""

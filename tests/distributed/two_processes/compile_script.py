@@ -29,3 +29,16 @@ model = accelerator.prepare(nn.Linear(4, 4))
 kept = accelerator.unwrap_model(model)
 report("unwrapped", [type(model).__name__, type(model._orig_mod).__name__, type(kept).__name__,
                      type(kept._orig_mod).__name__, type(accelerator.unwrap_model(model, keep_torch_compile=False)).__name__])
+
+import torch  # noqa: E402
+
+from accel.utils import FullyShardedDataParallelPlugin  # noqa: E402
+
+accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model = accelerator.prepare(model)  # sharded, then compiled
+optimizer = accelerator.prepare(optimizer)  # built before prepare, prepared after the model: follows the shards
+sharded = list(accelerator.unwrap_model(model, keep_torch_compile=False).parameters())
+report("fsdp_optimizer_follows", [all(p is q for p, q in zip(optimizer.param_groups[0]["params"], sharded, strict=True)),
+                                  type(model).__name__])

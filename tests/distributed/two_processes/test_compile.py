@@ -42,3 +42,8 @@ def test_unwrap_model_removes_ddp_under_the_compiled_wrapper_without_changing_th
     for names in run.of("unwrapped"):
         # prepared: compiled over DDP; kept compiled: a compiled wrapper around the user's Linear
         assert names == ["OptimizedModule", "DistributedDataParallel", "OptimizedModule", "Linear", "Linear"]
+
+
+def test_an_optimizer_prepared_after_a_sharded_compiled_model_follows_its_shards(run: Launched) -> None:
+    """The names taken before sharding are the model's, not the compiled wrapper's (`_orig_mod.` ...)."""
+    assert run.of("fsdp_optimizer_follows") == [[True, "OptimizedModule"]] * 2
