@@ -116,3 +116,16 @@ def test_ao_trains_on_the_gpu() -> None:
     _, model, losses = train("ao")
     assert isinstance(model[0], Float8Linear)
     assert losses[-1] < losses[0]
+
+
+@_needs("torchao", "torchao")
+@pytest.mark.parametrize("scaling", ["current", "rowwise", "rowwise_with_gw_hp", "mxfp8"])
+def test_every_ao_recipe_trains_where_the_gpu_runs_it(scaling: str) -> None:
+    """mxfp8 needs a Blackwell data-centre GPU (compute capability 10.x); the float8 recipes any FP8 GPU."""
+    capability = torch.cuda.get_device_capability()
+    if scaling == "mxfp8" and not (10, 0) <= capability < (11, 0):
+        pytest.skip(f"torchao's MXFP8 GEMMs need compute capability 10.x, this GPU has {capability}")
+    fp8_format = {} if scaling == "current" else {"fp8_format": "E4M3"}
+    accelerator, model, losses = train("ao", scaling=scaling, **fp8_format)
+    assert accelerator.precision.scaling == scaling
+    assert losses[-1] < losses[0]
