@@ -37,8 +37,11 @@ SLOW_MARK = " [slow on this CPU]"
 def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
     """The backend (those that cannot run on `device` shown with why), then, if the user wants to
     change them, the recipe fields that backend honours, each offering only what it runs."""
-    options = [Option(name, name, reason) for name, reason in capabilities.fp8_backend_status(device).items()]
+    options = [Option(name, _backend_title(name), reason) for name, reason in capabilities.fp8_backend_status(device).items()]
     backend = ask_select("Which FP8 backend?", options, current.get(BACKEND.name, BACKEND.default))
+    note = capabilities.fp8_backend_note(backend)
+    if note:
+        print(f"Note: {note}.")
     answers: Answers = {BACKEND.name: backend}
     fields = recipe_fields()
     usable = [s for s in fields if honoured(s, answers, device)]
@@ -52,6 +55,11 @@ def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
             _ask_field(setting, answers, current, device)
     _say_if_slow(answers, device)
     return answers
+
+
+def _backend_title(name: str) -> str:
+    """The backend's menu entry: its name, marked where users should read a note before choosing it."""
+    return f"{name} (unmaintained upstream)" if capabilities.fp8_backend_note(name) else name
 
 
 def recipe_fields() -> list[Setting]:
