@@ -120,6 +120,7 @@ class MSAMPFP8(FP8Backend):
                 "backend='msamp' runs FP8 in eval mode too: MS-AMP's FP8Linear has no high-precision mode "
                 "(FP8RecipeKwargs.use_autocast_during_eval=False cannot be honoured; set it to True to say so)."
             )
+        warn_once(f"backend='msamp': {UNMAINTAINED}.", FutureWarning)  # Accelerate warns too (FutureWarning)
 
     @classmethod
     def availability(cls, device: torch.device) -> str | None:
