@@ -35,6 +35,7 @@ from accel.kwargs_handlers.bitsandbytes import BNB_MODES, BitsandbytesKwargs
 from accel.kwargs_handlers.dynamo import DYNAMO_BACKENDS, DYNAMO_MODES
 from accel.kwargs_handlers.fp8 import (
     AMAX_COMPUTE_ALGOS,
+    BACKWARD_OVERRIDES,
     BASE_PRECISIONS,
     FP8_BACKENDS,
     FP8_FORMATS,
@@ -253,6 +254,7 @@ _RECIPE_CHOICES: dict[str, tuple[str, ...]] = {
     "fp8_format": FP8_FORMATS,
     "amax_compute_algo": AMAX_COMPUTE_ALGOS,
     "scaling": SCALINGS,
+    "backward_override": BACKWARD_OVERRIDES,
     "optimization_level": OPTIMIZATION_LEVELS,
     "base_precision": BASE_PRECISIONS,
 }

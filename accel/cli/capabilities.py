@@ -76,6 +76,15 @@ def fp8_backend_status(device: Any = None) -> dict[str, str | None]:
     return {name: status[name] for name in FP8_BACKEND_NAMES}
 
 
+def fp8_backend_note(name: str) -> str | None:
+    """What users should know about FP8 backend `name` before choosing it (msamp: unmaintained upstream), or None."""
+    if name != "msamp":
+        return None
+    from accel.backends.fp8.msamp import UNMAINTAINED
+
+    return UNMAINTAINED
+
+
 def training_device(use_cpu: bool = False, gpu_ids: str = "all") -> Any:
     """The device a launched script trains on here: the first GPU chosen (by `gpu_ids`), or the CPU
     (asked for, or no GPU)."""

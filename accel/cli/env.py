@@ -67,6 +67,9 @@ def _precisions() -> list[str]:
     lines.append("FP8 backends:")
     for name, reason in capabilities.fp8_backend_status().items():
         lines.append(f"  {name:<10} " + ("can run here" if reason is None else f"cannot run: {reason}"))
+        note = capabilities.fp8_backend_note(name)
+        if note:
+            lines.append(f"  {'':<10} note: {note}.")
     from accel.quantization.capability import capability_line
 
     lines.append(capability_line(device))

@@ -11,7 +11,8 @@ from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
 FP8_BACKENDS = ("auto", "te", "msamp", "ao", "native")
 FP8_FORMATS = ("HYBRID", "E4M3")
 AMAX_COMPUTE_ALGOS = ("max", "most_recent")
-SCALINGS = ("delayed", "current", "rowwise", "rowwise_with_gw_hp", "mxfp8", "block")
+SCALINGS = ("delayed", "current", "rowwise", "rowwise_with_gw_hp", "mxfp8", "block", "nvfp4")
+BACKWARD_OVERRIDES = ("high_precision", "dequantized")
 OPTIMIZATION_LEVELS = ("O1", "O2")
 BASE_PRECISIONS = ("bf16", "fp16", "fp32", "bf16-true", "16-true")
 """What runs outside the FP8 GEMMs: bf16/fp16 mixed (fp32 weights, torch.autocast; fp16 with a loss
@@ -45,7 +46,11 @@ class FP8RecipeKwargs(KwargsHandler):
     amax_compute_algo: str = "max"
     """max (over the history) or most_recent."""
     scaling: str | None = None
-    """delayed, current, rowwise, rowwise_with_gw_hp, mxfp8 or block; None is the backend's default."""
+    """delayed, current, rowwise, rowwise_with_gw_hp, mxfp8, block or nvfp4; None is the backend's default."""
+    backward_override: str | None = None
+    """TransformerEngine's backward precision (TE 2.15+, every recipe but delayed): None (the recipe's own),
+    high_precision (backward GEMMs on the saved high-precision operands) or dequantized (on the quantized
+    operands dequantized to the compute dtype)."""
     optimization_level: str = "O1"
     """MS-AMP's level: O1 (FP8 weight gradients) or O2 (also FP8/FP16 Adam moments)."""
     use_autocast_during_eval: bool = False
@@ -70,6 +75,11 @@ class FP8RecipeKwargs(KwargsHandler):
         )
         if self.scaling is not None:
             self._normalise("scaling", check_choice("FP8RecipeKwargs.scaling", self.scaling, SCALINGS))
+        if self.backward_override is not None:
+            self._normalise(
+                "backward_override",
+                check_choice("FP8RecipeKwargs.backward_override", self.backward_override, BACKWARD_OVERRIDES),
+            )
         self._normalise(
             "optimization_level",
             check_choice("FP8RecipeKwargs.optimization_level", self.optimization_level, OPTIMIZATION_LEVELS),

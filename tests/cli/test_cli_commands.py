@@ -67,6 +67,11 @@ def test_env_reports_versions_devices_precisions_and_config(run_accel, tmp_path:
                   "  bf16       runs", "FP8 backends:", "  te         cannot run: TransformerEngine",
                   f"Config file: {config} (the default location):", "  mixed_precision: bf16"):
         assert piece in text
+    msamp = text.splitlines().index(next(line for line in text.splitlines() if line.startswith("  msamp ")))
+    assert text.splitlines()[msamp + 1] == (
+        "             note: MS-AMP is unmaintained upstream (no commits since December 2025; Accelerate marks it "
+        "deprecated). Instead: backend='native' runs MS-AMP's recipe (optimization_level O1 or O2) on any device "
+        "without building MS-AMP; 'te' or 'ao' run FP8 with NVIDIA's or PyTorch's maintained kernels.")
 
 
 def test_selftest_passes_with_the_active_config(run_accel, tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ def test_launch_refuses_before_starting_any_process(run_accel, tmp_path: Path, o
     assert one_error_line(result) == (
         "accel launch: mixed_precision 'fp8' cannot run on cpu with this configuration: "
         "FP8RecipeKwargs(scaling='mxfp8') cannot run on the 'native' FP8 backend; it runs scaling 'delayed', "
-        "'current'. Change the config file (`accel config`) or the flags; nothing was started."
+        "'current'. Backends that run 'mxfp8': 'ao', 'te' (docs/fp8-backends.md, 'Where each recipe runs'). "
+        "Change the config file (`accel config`) or the flags; nothing was started."
     )
     assert not marker.exists()
 

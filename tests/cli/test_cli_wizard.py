@@ -121,10 +121,10 @@ def test_the_wizard_offers_only_what_the_backend_runs(clean_env: dict[str, str],
     wizard.pick("Which precision", list(CANONICAL_PRECISIONS), "fp8")
     wizard.pick("Which FP8 backend", ["native", "ao"], "ao")
     wizard.child.expect("not used by the 'ao' backend, left at their defaults: margin, amax_history_len, "
-                        "amax_compute_algo, optimization_level, fp8_params")
+                        "amax_compute_algo, backward_override, optimization_level, fp8_params")
     wizard.answer("Change any of them", "y")
     wizard.child.expect("delayed \\(cannot run on the 'ao' FP8 backend: torchao removed delayed scaling")
-    wizard.pick("mxfp8 \\(", ["default", "current", "rowwise", "rowwise_with_gw_hp"], "rowwise")
+    wizard.pick("block \\(", ["default", "current", "rowwise", "rowwise_with_gw_hp", "mxfp8"], "rowwise")
     wizard.pick("base_precision", choices_of("base_precision"), "fp32")
     wizard.answer("HYBRID \\(cannot run on the 'ao' FP8 backend: it always runs fp8_format='E4M3'", ENTER)  # E4M3
     wizard.answer("use_autocast_during_eval", ENTER)
@@ -141,6 +141,20 @@ def test_the_wizard_offers_only_what_the_backend_runs(clean_env: dict[str, str],
     launched = subprocess.run([sys.executable, "-m", "accel", "launch", "--config_file", str(config), str(ROUNDTRIP)],
                               env=clean_env, capture_output=True, text=True, timeout=120)
     assert launched.returncode == 0, launched.stderr
+
+
+def test_msamp_is_offered_marked_unmaintained(clean_env: dict[str, str], tmp_path: Path) -> None:
+    """MS-AMP cannot run on this CPU, but the menu still lists it, marked, before anyone builds it from source."""
+    wizard = Wizard(tmp_path / "msamp.yaml", clean_env)
+    wizard.answer("How many machines", ENTER)
+    wizard.answer("How many training processes", ENTER)
+    wizard.pick("Which precision", list(CANONICAL_PRECISIONS), "fp8")
+    wizard.child.expect("Which FP8 backend")
+    wizard.child.expect("msamp \\(unmaintained upstream\\) \\(MS-AMP is not installed")
+    wizard.child.sendcontrol("c")
+    wizard.child.expect(pexpect.EOF)
+    wizard.child.close()
+    assert not (tmp_path / "msamp.yaml").exists()
 
 
 def test_no_raw_warning_before_the_first_question(clean_env: dict[str, str], tmp_path: Path) -> None:

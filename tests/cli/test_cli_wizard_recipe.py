@@ -31,7 +31,7 @@ def test_native_offers_its_scalings_and_every_field() -> None:
 
 def test_ao_offers_current_scalings_and_only_the_fields_it_honours() -> None:
     pytest.importorskip("torchao")
-    assert offered("ao", "scaling") == ["current", "rowwise", "rowwise_with_gw_hp"]
+    assert offered("ao", "scaling") == ["current", "rowwise", "rowwise_with_gw_hp", "mxfp8"]  # mxfp8 emulated here
     assert asked("ao") == ["scaling", "base_precision", "fp8_format", "use_autocast_during_eval", "exclude_modules"]
     assert offered("ao", "fp8_format", scaling="rowwise") == ["E4M3"]  # torchao's rowwise recipe is E4M3 only
 
@@ -65,3 +65,28 @@ def test_backend_menu_reasons_fit_a_line() -> None:
         assert brief is None or (len(brief) <= MENU_REASON_WIDTH and "(" not in brief and "pip install" not in brief), name
     assert short_reason("A (b (c) d) e. More.") == "A e"
     assert short_reason("x" * 300) == "x" * (MENU_REASON_WIDTH - 3) + "..."
+
+
+def test_choosing_msamp_says_it_is_unmaintained_and_what_to_use(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where MS-AMP can run (a CUDA GPU with it built), the menu marks it and choosing it prints the note."""
+    from accel.cli import capabilities
+
+    menus: list[list[tuple[str, str, object]]] = []
+
+    def choose_msamp(question: str, options: list, default: object) -> str:
+        menus.append([(o.value, o.title, o.unavailable) for o in options])
+        return "msamp"
+
+    monkeypatch.setattr(capabilities, "fp8_backend_status", lambda device: dict.fromkeys(capabilities.FP8_BACKEND_NAMES))
+    monkeypatch.setattr(wizard_recipe, "ask_select", choose_msamp)
+    monkeypatch.setattr(wizard_recipe, "ask_yes_no", lambda question, default: False)
+    monkeypatch.setattr(wizard_recipe, "honoured", lambda setting, answers, device: False)
+    monkeypatch.setattr(wizard_recipe, "_say_if_slow", lambda answers, device: None)
+    assert wizard_recipe.ask_recipe({}, CPU) == {"fp8_backend": "msamp"}
+    assert menus == [[("native", "native", None), ("te", "te", None), ("ao", "ao", None),
+                      ("msamp", "msamp (unmaintained upstream)", None)]]
+    out = capsys.readouterr().out
+    assert "Note: MS-AMP is unmaintained upstream (no commits since December 2025; Accelerate marks it deprecated)." in out
+    assert "backend='native' runs MS-AMP's recipe (optimization_level O1 or O2)" in out

@@ -2,7 +2,8 @@
 
 Every nn.Linear that accel's eligibility rule accepts becomes torchao's Float8Linear (same
 weight and bias Parameters, same names), whose GEMMs run in FP8 with dynamic scaling: per
-tensor (`scaling='current'`, the default) or per row. torchao keeps no scaling state, so a
+tensor (`scaling='current'`, the default) or per row; `scaling='mxfp8'` runs torchao's MXFP8
+training instead (ao_mxfp8.py: Blackwell GPUs, and emulated on CPU). torchao keeps no scaling state, so a
 checkpoint holds nothing beyond the weights. A step whose gradients hold inf or NaN is skipped.
 
 On CPU, torch routes FP8 GEMMs of same-dtype operands to oneDNN's reference kernel on CPUs with
@@ -23,7 +24,7 @@ from torch import nn
 from accel._warnings import warn_once
 from accel.backends.base import Forward, PrecisionBackend, WrappedOptimizer
 from accel.backends.capability import cuda_fp8_reason
-from accel.backends.conversion import plan_conversion
+from accel.backends.conversion import FP8_ALIGNMENT, plan_conversion
 from accel.backends.fp8.ao_fsdp import (
     EVAL_IN_FP8_REFUSAL,
     EVAL_IN_FP8_WARNING,
@@ -34,6 +35,15 @@ from accel.backends.fp8.ao_fsdp import (
     precompute_scales,
 )
 from accel.backends.fp8.ao_import import import_torchao
+from accel.backends.fp8.ao_mxfp8 import (
+    MXFP8_ALIGNMENT_REASON,
+    MXFP8_BLOCK,
+    MXFP8Forward,
+    convert_mxfp8,
+    is_mxfp8_linear,
+    mxfp8_config,
+    plain_values,
+)
 from accel.backends.fp8.ao_recipe import (
     AO_RECIPES,
     FSDP_FP8_ALL_GATHER,
@@ -44,6 +54,7 @@ from accel.backends.fp8.ao_recipe import (
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import check_fixed_fields, library_version, module_present, too_old_reason
+from accel.backends.fp8.te_convert import ParameterMap
 from accel.kwargs_handlers import Handlers
 
 MIN_AO_VERSION = (0, 10)
@@ -85,7 +96,7 @@ class TorchAOFP8(FP8Backend):
     """FP8 through torchao's Float8Linear, dynamic (current) scaling per tensor or per row."""
 
     library = "ao"
-    scalings = tuple(AO_RECIPES)
+    scalings = (*AO_RECIPES, "mxfp8")
     honoured_fields = frozenset({"fp8_format", "use_autocast_during_eval", "exclude_modules", "fp8_params"})
     refusals = {
         "fp8_params": (
@@ -97,7 +108,10 @@ class TorchAOFP8(FP8Backend):
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
-        self.ao_config = float8_config(self.recipe, self.scaling)
+        self.mxfp8 = self.scaling == "mxfp8"
+        self.ao_config = mxfp8_config(device) if self.mxfp8 else float8_config(self.recipe, self.scaling)
+        self._params = ParameterMap()
+        """mxfp8: the weights torchao's conversion replaced by new Parameters (optimizers are re-pointed)."""
         self._eval_config = high_precision_config()
         self._cpu = device.type == "cpu"
         self.skipped_steps = 0
@@ -107,7 +121,13 @@ class TorchAOFP8(FP8Backend):
 
     def configure_fsdp(self) -> None:
         """Under FSDP2: tensorwise scaling all-gathers the weights in FP8 (then evaluation runs in FP8 too);
-        the rowwise recipes gather them in the base precision."""
+        the rowwise recipes gather them in the base precision; MXFP8 is refused."""
+        if self.mxfp8:
+            raise ValueError(
+                "FP8RecipeKwargs(backend='ao', scaling='mxfp8') cannot run under FSDP in accel: torchao's MXFP8 "
+                "training tensors are not tested sharded here. Use scaling='current' (FP8 all-gather) or 'rowwise' "
+                "under FSDP, or mxfp8 under DDP (leave out the fsdp_plugin)."
+            )
         if self.scaling not in FSDP_FP8_ALL_GATHER:
             self.fsdp_mode = high_precision_all_gather_mode(self.scaling)
             return
@@ -141,8 +161,9 @@ class TorchAOFP8(FP8Backend):
                 "'rowwise' or 'rowwise_with_gw_hp', or a backend with delayed scaling ('native', 'te')."
             )
         if self.scaling != "current":
-            check_fixed_fields(self.recipe, {"fp8_format": ROWWISE_FORMAT}, self.library,
-                               f"torchao's {self.scaling} recipe casts gradients to E4M3 too")
+            why = ("torchao's MXFP8 is E4M3 with block scales throughout" if self.scaling == "mxfp8"
+                   else f"torchao's {self.scaling} recipe casts gradients to E4M3 too")
+            check_fixed_fields(self.recipe, {"fp8_format": ROWWISE_FORMAT}, self.library, why)
         super()._check_recipe()
 
     def convert_module(self, module: nn.Module) -> nn.Module:
@@ -151,12 +172,17 @@ class TorchAOFP8(FP8Backend):
 
         module = self.convert_base(module)
         report = plan_conversion(
-            module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_float8_linear,
-            conv1d_refusal=AO_CONV1D_REASON,
+            module, exclude_modules=self.recipe.exclude_modules,
+            is_converted=lambda m: _is_float8_linear(m) or is_mxfp8_linear(m), conv1d_refusal=AO_CONV1D_REASON,
+            alignment=MXFP8_BLOCK if self.mxfp8 else FP8_ALIGNMENT,
+            alignment_reason=MXFP8_ALIGNMENT_REASON if self.mxfp8 else "",
         )
         self._record_conversion(report)
         modules = dict(module.named_modules())
         chosen = {id(modules[d.name]) for d in report.converted}
+        if self.mxfp8:
+            convert_mxfp8(module, chosen, self.ao_config, self._params)
+            return module
         convert_to_float8_training(module, module_filter_fn=lambda m, _fqn: id(m) in chosen, config=self.ao_config)
         if self._cpu and self.recipe.base_precision in AUTOCAST_BASES:
             for layer in module.modules():
@@ -165,12 +191,16 @@ class TorchAOFP8(FP8Backend):
         return module
 
     def wrap_forward(self, forward: Forward) -> Forward:
+        if self.mxfp8:
+            return MXFP8Forward(forward, self.base, self._fp8_in_eval)
         layers = [m for m in forward.__self__.modules() if _is_float8_linear(m)]  # type: ignore[attr-defined]  # a bound method
         configs = (self._eval_config, self.ao_config)
         return AOForward(forward, self.base, layers, configs, self._fp8_in_eval, self._cpu)
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
-        if self.ao_config.enable_fsdp_float8_all_gather:
+        for wrapped in optimizers:  # mxfp8: optimizers built before prepare now step torchao's weights
+            self._params.remap(wrapped.optimizer)
+        if not self.mxfp8 and self.ao_config.enable_fsdp_float8_all_gather:
             self._fp8_gathered = fp8_gathered_models(models)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -199,6 +229,15 @@ class TorchAOFP8(FP8Backend):
             return False
         optimizer.step()
         return True
+
+    def _describe_kernels(self) -> str:
+        if self.mxfp8 and self._cpu:
+            return ", torchao's MXFP8 emulation: MXFP8 values, products on the dequantized values (slow)"
+        return ""
+
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The weights; mxfp8's as the plain tensors inside torchao's training-tensor wrappers."""
+        return plain_values(model.state_dict()) if self.mxfp8 else model.state_dict()
 
     def stats(self) -> dict[str, float]:
         return {"skipped_steps": self.skipped_steps, **self.base.stats()}

@@ -121,9 +121,11 @@ class FP8Backend(PrecisionBackend):
     def _check_recipe(self) -> None:
         """Raise for a recipe field set explicitly that this backend cannot honour."""
         if self.scaling not in self.scalings:
+            others = [repr(name) for name, cls in FP8_BACKENDS.items() if self.scaling in cls.scalings]
             raise ValueError(
                 f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on the {self.library!r} FP8 backend; "
-                f"it runs scaling {', '.join(map(repr, self.scalings))}."
+                f"it runs scaling {', '.join(map(repr, self.scalings))}. Backends that run {self.scaling!r}: "
+                f"{', '.join(others) or 'none'} (docs/fp8-backends.md, 'Where each recipe runs')."
             )
         for field, reason in self.refusals.items():
             if field in self.recipe.explicit_fields and getattr(self.recipe, field) != getattr(FP8RecipeKwargs(), field):

@@ -29,6 +29,12 @@ from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 MIN_MSAMP_VERSION = (0, 3)
+UNMAINTAINED = (
+    "MS-AMP is unmaintained upstream (no commits since December 2025; Accelerate marks it deprecated). "
+    "Instead: backend='native' runs MS-AMP's recipe (optimization_level O1 or O2) on any device without building "
+    "MS-AMP; 'te' or 'ao' run FP8 with NVIDIA's or PyTorch's maintained kernels"
+)
+"""Said by `accel env`, the wizard and docs/fp8-backends.md wherever msamp is offered (the backend itself stays)."""
 MSAMP_CONV1D_REASON = (
     "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) is not converted: MS-AMP's "
     "LinearReplacer replaces nn.Linear only; backend='native' converts Conv1D"
@@ -114,6 +120,7 @@ class MSAMPFP8(FP8Backend):
                 "backend='msamp' runs FP8 in eval mode too: MS-AMP's FP8Linear has no high-precision mode "
                 "(FP8RecipeKwargs.use_autocast_during_eval=False cannot be honoured; set it to True to say so)."
             )
+        warn_once(f"backend='msamp': {UNMAINTAINED}.", FutureWarning)  # Accelerate warns too (FutureWarning)
 
     @classmethod
     def availability(cls, device: torch.device) -> str | None:

@@ -3,7 +3,7 @@
 nn.Linear and nn.LayerNorm become te.Linear and te.LayerNorm (weights copied, optimizers
 re-pointed at the new Parameters), and the model's forward runs under TE's autocast with a
 recipe built from FP8RecipeKwargs: DelayedScaling (the default), Float8CurrentScaling,
-MXFP8BlockScaling or Float8BlockScaling. TransformerEngine is imported only when this backend
+MXFP8BlockScaling, Float8BlockScaling or NVFP4BlockScaling. TransformerEngine is imported only when this backend
 is built, never by `import accel`.
 """
 
@@ -24,12 +24,14 @@ from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
 from accel.backends.fp8.support import (
+    check_fixed_fields,
     cuda_library_reason,
     library_version,
     module_present,
     too_old_reason,
     version_tuple,
 )
+from accel.backends.fp8.te_api import TEAutocast
 from accel.backends.fp8.te_convert import (
     ParameterMap,
     convert_layer_norms,
@@ -38,7 +40,13 @@ from accel.backends.fp8.te_convert import (
     plan_linears,
 )
 from accel.backends.fp8.te_params import MasterWeights
-from accel.backends.fp8.te_recipe import DELAYED_ONLY, TEAutocast, build_recipe, recipe_support_reason
+from accel.backends.fp8.te_recipe import (
+    DELAYED_ONLY,
+    FIXED_FORMATS,
+    REQUIREMENTS,
+    build_recipe,
+    recipe_support_reason,
+)
 from accel.kwargs_handlers import Handlers
 
 logger = logging.getLogger("accel")
@@ -73,10 +81,10 @@ class TransformerEngineFP8(FP8Backend):
     """FP8 through NVIDIA TransformerEngine's modules and autocast."""
 
     library = "te"
-    scalings = ("delayed", "current", "mxfp8", "block")
+    scalings = ("delayed", "current", "mxfp8", "block", "nvfp4")
     honoured_fields = frozenset(
         {"fp8_format", "margin", "amax_history_len", "amax_compute_algo", "use_autocast_during_eval", "exclude_modules",
-         "fp8_params"}
+         "fp8_params", "backward_override"}
     )
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
@@ -84,10 +92,13 @@ class TransformerEngineFP8(FP8Backend):
         self.te = _import_te()
         from transformer_engine.common import recipe as recipe_module
 
+        self.te_recipe = build_recipe(recipe_module, self.recipe, self.scaling)  # raises where this TE lacks it
         reason = recipe_support_reason(self.te, self.scaling, device)
         if reason is not None:
-            raise ValueError(f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on this GPU with 'te': {reason}.")
-        self.te_recipe = build_recipe(recipe_module, self.recipe, self.scaling)
+            raise ValueError(
+                f"FP8RecipeKwargs(scaling={self.scaling!r}) cannot run on this GPU with 'te': {reason}. It needs "
+                f"{REQUIREMENTS[self.scaling]}; choose another scaling (docs/fp8-backends.md lists where each runs)."
+            )
         self.autocast_factory = TEAutocast(self.te, self.te_recipe, _process_group())
         self.layer_norm_report: ConversionReport | None = None
         self._params = ParameterMap()
@@ -111,6 +122,15 @@ class TransformerEngineFP8(FP8Backend):
                 f"{self.scaling!r}: TransformerEngine's {self.scaling} recipe has no amax history or margin. "
                 "Remove them, or use scaling='delayed'."
             )
+        if self.recipe.backward_override is not None and self.scaling == "delayed":
+            raise ValueError(
+                f"FP8RecipeKwargs(backward_override={self.recipe.backward_override!r}) cannot run with delayed scaling "
+                "(the te backend's default): TransformerEngine's DelayedScaling takes only backward_override=None. "
+                "Use scaling='current', 'block', 'mxfp8' or 'nvfp4', or leave backward_override out."
+            )
+        if self.scaling in FIXED_FORMATS:
+            check_fixed_fields(self.recipe, {"fp8_format": FIXED_FORMATS[self.scaling]}, self.library,
+                               f"TransformerEngine's {self.scaling} recipe keeps its block scales in E4M3")
         super()._check_recipe()
 
     def convert_module(self, module: nn.Module) -> nn.Module:

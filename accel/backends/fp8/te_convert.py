@@ -71,6 +71,12 @@ class ParameterMap:
 
 MXFP8_ALIGNMENT = 32
 """TE's MXFP8 scales blocks of 32 values: GEMM dimensions must be multiples of 32 (get_align_size_for_quantization)."""
+ALIGNMENTS: dict[str, tuple[int, str]] = {
+    "mxfp8": (MXFP8_ALIGNMENT, "TransformerEngine's MXFP8 scales blocks of 32 values"),
+    "nvfp4": (128, "TransformerEngine aligns NVFP4 GEMMs to 128 (get_align_size_for_quantization; 16-value blocks, "
+                   "16x16 Hadamard transforms)"),
+}
+"""scaling -> (the multiple both dimensions of a converted Linear must be, why); 16 for the others (FP8 GEMMs)."""
 
 
 TE_CONV1D_REASON = (
@@ -84,13 +90,12 @@ def plan_linears(
 ) -> ConversionReport:
     """accel's decision for every nn.Linear of `model` (a te.Linear counts as already converted).
 
-    With MXFP8 block scaling both dimensions must be multiples of 32, not 16.
+    With MXFP8 block scaling both dimensions must be multiples of 32, with NVFP4 of 128, else of 16.
     """
-    mxfp8 = scaling == "mxfp8"
+    alignment, reason = ALIGNMENTS.get(scaling, (16, ""))
     return plan_conversion(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear),
-        alignment=MXFP8_ALIGNMENT if mxfp8 else 16,
-        alignment_reason="TransformerEngine's MXFP8 scales blocks of 32 values" if mxfp8 else "",
+        alignment=alignment, alignment_reason=reason,
         conv1d_refusal=TE_CONV1D_REASON,
     )
 

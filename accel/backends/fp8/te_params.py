@@ -19,15 +19,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from accel.backends.fp8.te_api import TEApi
+
 
 class MasterWeights:
     """The TE modules' FP8 weights and the high-precision masters the optimizer steps in their place."""
 
     def __init__(self, te: ModuleType, recipe: Any) -> None:
-        function = getattr(te, "quantized_model_init", None)
-        self.api = "quantized_model_init" if function is not None else "fp8_model_init"
+        entry = TEApi.of(te)
+        if entry.model_init is None:
+            raise ValueError(
+                f"FP8RecipeKwargs(fp8_params=True) needs TransformerEngine's {entry.model_init_name}, which the "
+                "installed TransformerEngine does not have; upgrade TransformerEngine, or leave fp8_params out."
+            )
+        self.api = entry.model_init_name
         """Which TE context builds the FP8 weights: 'quantized_model_init' (TE >= 2.9) or 'fp8_model_init'."""
-        self._function = function if function is not None else te.fp8_model_init
+        self._function = entry.model_init
         self._recipe = recipe
         self.masters: dict[int, tuple[nn.Parameter, nn.Parameter]] = {}
         """id(FP8 weight) -> (FP8 weight, its master)."""

@@ -1,5 +1,4 @@
-"""TransformerEngine's side of FP8RecipeKwargs: the TE recipe object, whether this GPU runs it,
-and TE's autocast context in whichever API generation is installed.
+"""TransformerEngine's side of FP8RecipeKwargs: the TE recipe object, and whether this GPU runs it.
 
 TE's recipes are pydantic dataclasses that silently ignore keyword arguments they do not know,
 so only fields accel has checked are passed, by name, to the recipe class that uses them.
@@ -20,6 +19,7 @@ RECIPE_CLASSES: dict[str, str] = {
     "current": "Float8CurrentScaling",
     "mxfp8": "MXFP8BlockScaling",
     "block": "Float8BlockScaling",
+    "nvfp4": "NVFP4BlockScaling",
 }
 """FP8RecipeKwargs.scaling -> the TE recipe class that runs it."""
 
@@ -28,8 +28,24 @@ ADDED_IN: dict[str, str] = {
     "Float8CurrentScaling": "2.2",
     "MXFP8BlockScaling": "2.0",
     "Float8BlockScaling": "2.3",
+    "NVFP4BlockScaling": "2.8",
 }
 """The TE release that added each recipe class (for the error when it is missing)."""
+
+REQUIREMENTS: dict[str, str] = {
+    "delayed": "TransformerEngine 2.0+ on an Ada, Hopper or Blackwell GPU (compute capability 8.9+)",
+    "current": "TransformerEngine 2.2+ on an Ada, Hopper or Blackwell GPU (compute capability 8.9+)",
+    "mxfp8": "TransformerEngine 2.0+ on a Blackwell data-centre GPU (compute capability 10.x: B200, GB200, B300)",
+    "block": "TransformerEngine 2.3+ with CUDA 12.9+ on a Hopper GPU (compute capability 9.x; Blackwell too from TE 2.9)",
+    "nvfp4": "TransformerEngine 2.8+ on a Blackwell GPU (compute capability 10.0+)",
+}
+"""What each scaling needs (TE's check_*_support at the versions that added them), for refusals."""
+
+BACKWARD_OVERRIDE_ADDED_IN = "2.15"
+"""The TE release whose recipes (all but DelayedScaling, which takes only None) gained `backward_override`."""
+
+FIXED_FORMATS: dict[str, str] = {"nvfp4": "E4M3"}
+"""Scalings whose TE recipe takes one fp8_format only: NVFP4BlockScaling asserts E4M3 (for its block scales)."""
 
 DELAYED_ONLY: tuple[str, ...] = ("margin", "amax_history_len", "amax_compute_algo")
 """Recipe fields only DelayedScaling has: the other recipes scale from the current tensor or block."""
@@ -39,13 +55,18 @@ _AVAILABILITY_PROBES = {
     "current": ("is_fp8_available", "check_fp8_support"),
     "mxfp8": ("is_mxfp8_available", "check_mxfp8_support"),
     "block": ("is_fp8_block_scaling_available", "check_fp8_block_scaling_support"),
+    "nvfp4": ("is_nvfp4_available", "check_nvfp4_support"),
 }
 """scaling -> (TE >= 2.9's te.is_*_available(return_reason=True), older TE's transformer_engine.pytorch.fp8
 check_*_support()); both answer (supported, reason), as TE's own autocast checks the recipe."""
 
 
 def build_recipe(recipe_module: ModuleType, recipe: FP8RecipeKwargs, scaling: str) -> Any:
-    """The TE recipe for `scaling` with the fields of `recipe` that this TE recipe uses."""
+    """The TE recipe for `scaling` with the fields of `recipe` that this TE recipe uses.
+
+    TE's recipes are pydantic dataclasses that drop keywords they do not know, so a field is
+    passed only to a class that declares it; one that does not (backward_override before 2.15) is refused.
+    """
     name = RECIPE_CLASSES[scaling]
     recipe_class = getattr(recipe_module, name, None)
     if recipe_class is None:
@@ -54,15 +75,21 @@ def build_recipe(recipe_module: ModuleType, recipe: FP8RecipeKwargs, scaling: st
             f"TransformerEngine does not have (added in {ADDED_IN[name]}); upgrade TransformerEngine or "
             "choose another scaling."
         )
-    fp8_format = recipe_module.Format[recipe.fp8_format]
+    fields: dict[str, Any] = {}
+    if scaling not in FIXED_FORMATS:
+        fields["fp8_format"] = recipe_module.Format[recipe.fp8_format]
     if scaling == "delayed":
-        return recipe_class(
-            fp8_format=fp8_format,
-            margin=recipe.margin,
-            amax_history_len=recipe.amax_history_len,
-            amax_compute_algo=recipe.amax_compute_algo,
-        )
-    return recipe_class(fp8_format=fp8_format)
+        fields.update(margin=recipe.margin, amax_history_len=recipe.amax_history_len,
+                      amax_compute_algo=recipe.amax_compute_algo)
+    if recipe.backward_override is not None:
+        if "backward_override" not in getattr(recipe_class, "__dataclass_fields__", {}):
+            raise ValueError(
+                f"FP8RecipeKwargs(backward_override={recipe.backward_override!r}) needs TransformerEngine "
+                f"{BACKWARD_OVERRIDE_ADDED_IN} or newer (its {name} has no backward_override and would drop it); "
+                "upgrade TransformerEngine, or leave backward_override out."
+            )
+        fields["backward_override"] = recipe.backward_override
+    return recipe_class(**fields)
 
 
 def recipe_support_reason(te: ModuleType, scaling: str, device: torch.device) -> str | None:
@@ -90,6 +117,8 @@ def _capability_reason(scaling: str, device: torch.device) -> str | None:
     cuda = tuple(int(part) for part in (torch.version.cuda or "0.0").split(".")[:2])
     if scaling in ("delayed", "current") and capability < (9, 0) and cuda < (12, 1):
         return f"FP8 on Ada (compute capability 8.9) needs CUDA 12.1 or newer (and cuBLASLt 12.1.3); CUDA {torch.version.cuda}"
+    if scaling == "nvfp4" and capability < (10, 0):
+        return f"NVFP4 block scaling needs a Blackwell GPU (compute capability 10.0 or newer); {shown}"
     if scaling == "mxfp8" and not (10, 0) <= capability < (12, 0):
         return f"MXFP8 block scaling needs a Blackwell data-centre GPU (compute capability 10.x); {shown}"
     if scaling == "block" and (not (9, 0) <= capability < (10, 0) or cuda < (12, 9)):
@@ -98,31 +127,3 @@ def _capability_reason(scaling: str, device: torch.device) -> str | None:
             f"CUDA {torch.version.cuda}"
         )
     return None
-
-
-class TEAutocast:
-    """Opens TE's autocast for one recipe, in the API the installed TE has.
-
-    TE 2.9 and newer: ``te.autocast(enabled=, recipe=, amax_reduction_group=)``; older:
-    ``te.fp8_autocast(enabled=, fp8_recipe=, fp8_group=)`` (the keywords changed with the name).
-    With several processes, `group` (the default process group) is where TE reduces the amaxes,
-    so that every replica scales alike. A class, not a closure, so a prepared model stays picklable.
-    """
-
-    __slots__ = ("_function", "_keyword", "_arguments")
-
-    def __init__(self, te: ModuleType, recipe: Any, group: Any = None) -> None:
-        function = getattr(te, "autocast", None)
-        self._keyword = "recipe" if function is not None else "fp8_recipe"
-        self._function = function if function is not None else te.fp8_autocast
-        self._arguments: dict[str, Any] = {self._keyword: recipe}
-        if group is not None:
-            self._arguments["amax_reduction_group" if function is not None else "fp8_group"] = group
-
-    @property
-    def api(self) -> str:
-        """Which TE function opens the context: 'autocast' or 'fp8_autocast'."""
-        return "autocast" if self._keyword == "recipe" else "fp8_autocast"
-
-    def __call__(self, enabled: bool) -> Any:
-        return self._function(enabled=enabled, **self._arguments)

@@ -38,10 +38,13 @@ def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
     """The backend (those that cannot run on `device` shown with why), then, if the user wants to
     change them, the recipe fields that backend honours, each offering only what it runs."""
     status = capabilities.fp8_backend_status(device)
-    options = [Option(name, name, short_reason(reason)) for name, reason in status.items()]
+    options = [Option(name, _backend_title(name), short_reason(reason)) for name, reason in status.items()]
     backend = ask_select("Which FP8 backend?", options, current.get(BACKEND.name, BACKEND.default))
     if any(short_reason(reason) != reason for reason in status.values()):
         print("  (`accel env` says in full why a backend cannot run here, with how to install it)")
+    note = capabilities.fp8_backend_note(backend)
+    if note:
+        print(f"Note: {note}.")
     answers: Answers = {BACKEND.name: backend}
     fields = recipe_fields()
     usable = [s for s in fields if honoured(s, answers, device)]
@@ -65,6 +68,11 @@ def shown_default(setting: Setting, backend: str) -> str:
 
         return default_scaling(backend)
     return setting.format(setting.default) or "none"
+
+
+def _backend_title(name: str) -> str:
+    """The backend's menu entry: its name, marked where users should read a note before choosing it."""
+    return f"{name} (unmaintained upstream)" if capabilities.fp8_backend_note(name) else name
 
 
 def recipe_fields() -> list[Setting]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -172,7 +171,7 @@ def test_checkpoint_round_trip_resumes_exactly(tmp_path: Path) -> None:
     ({"margin": 1}, "sets margin, which the 'ao' FP8 backend cannot honour"),
     ({"amax_history_len": 16}, "sets amax_history_len, which the 'ao' FP8 backend cannot honour"),
     ({"optimization_level": "O2"}, "sets optimization_level, which the 'ao' FP8 backend cannot honour"),
-    ({"scaling": "mxfp8"}, "scaling='mxfp8'.*'ao'"),
+    ({"scaling": "nvfp4"}, "scaling='nvfp4'.*'ao'"),
 ])
 def test_recipe_fields_ao_cannot_honour_raise(recipe: Any, message: Any) -> None:
     with pytest.raises(ValueError, match=message):

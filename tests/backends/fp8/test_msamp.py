@@ -312,3 +312,13 @@ def test_ms_amps_layers_go_to_the_training_device(fake_msamp: Any, fp8_gpu: Any,
     wrapped = type("Wrapped", (), {"optimizer": torch.optim.AdamW(model.parameters())})()
     backend.after_prepare([model], [wrapped])
     assert fake_msamp.calls[-1][1]["current_device"] == torch.device("cuda", 1)
+
+
+def test_building_the_backend_says_ms_amp_is_unmaintained_and_what_to_use(msamp: Any, monkeypatch: Any) -> None:
+    """As Accelerate warns (a FutureWarning) when it prepares with MS-AMP; accel names the replacements."""
+    import accel._warnings
+
+    monkeypatch.setattr(accel._warnings, "_given", set())
+    with pytest.warns(FutureWarning, match=r"backend='msamp': MS-AMP is unmaintained upstream \(no commits since "
+                                           r"December 2025.*backend='native' runs MS-AMP's recipe"):
+        msamp_accelerator(use_autocast_during_eval=True)

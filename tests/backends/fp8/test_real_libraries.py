@@ -1,7 +1,8 @@
 """The te, msamp and ao backends with the real libraries on a CUDA GPU with FP8 (skipped elsewhere).
 
 Run them on an Ada/Hopper/Blackwell machine with the libraries installed:
-`python -m pytest -m fp8_gpu tests/backends/fp8_adapters`.
+`python -m pytest -m fp8_gpu tests/backends/fp8`. Each recipe is skipped, with the reason, on a GPU it
+cannot run on (MXFP8 and NVFP4 need a Blackwell GPU, TransformerEngine's block scaling Hopper or newer).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ def train(backend: str, steps: int = 20, **recipe: object) -> tuple[Accelerator,
         kwarg_handlers=[FP8RecipeKwargs(backend=backend, use_autocast_during_eval=True, **recipe)],
     )
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128), nn.GELU(), nn.Linear(128, 64))
+    model = nn.Sequential(nn.Linear(128, 128), nn.LayerNorm(128), nn.GELU(), nn.Linear(128, 128))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
-    x = torch.randn(256, 64, device=accelerator.device)
+    x = torch.randn(256, 128, device=accelerator.device)
     y = torch.roll(x, 1, dims=1)
     losses = []
     for _ in range(steps):
@@ -64,6 +65,42 @@ def test_te_trains(scaling: str) -> None:
     assert set(accelerator.get_state_dict(model)) == {"0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"}
 
 
+TE_RECIPE_GPUS = {
+    "delayed": ((8, 9), None), "current": ((8, 9), None), "block": ((9, 0), None),
+    "mxfp8": ((10, 0), (12, 0)), "nvfp4": ((10, 0), None),
+}
+"""scaling -> (the lowest compute capability TE runs it on, the first it does not run on again)."""
+
+
+def _te_recipe_reason(scaling: str) -> str | None:
+    if not torch.cuda.is_available():
+        return None  # _needs says so
+    capability = torch.cuda.get_device_capability()
+    low, high = TE_RECIPE_GPUS[scaling]
+    if capability < low or (high is not None and capability >= high):
+        return f"TransformerEngine's {scaling} recipe does not run on compute capability {capability}"
+    return None
+
+
+@_needs("TransformerEngine", "transformer_engine")
+@pytest.mark.parametrize("scaling", list(TE_RECIPE_GPUS))
+@pytest.mark.parametrize("backward_override", [None, "dequantized"])
+def test_every_te_recipe_trains_where_the_gpu_runs_it(scaling: str, backward_override: str | None) -> None:
+    from accel.backends.fp8.te_recipe import RECIPE_CLASSES
+
+    reason = _te_recipe_reason(scaling)
+    if reason is not None:
+        pytest.skip(reason)
+    if backward_override is not None and scaling == "delayed":
+        pytest.skip("delayed scaling takes no backward_override (refused; tested with the stand-in)")
+    recipe = {"scaling": scaling, "base_precision": "bf16"}
+    if backward_override is not None:
+        recipe["backward_override"] = backward_override
+    accelerator, _, losses = train("te", **recipe)
+    assert type(accelerator.precision.te_recipe).__name__ == RECIPE_CLASSES[scaling]
+    assert losses[-1] < losses[0]
+
+
 @_needs("MS-AMP", "msamp")
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_msamp_trains(level: str) -> None:
@@ -78,4 +115,17 @@ def test_ao_trains_on_the_gpu() -> None:
 
     _, model, losses = train("ao")
     assert isinstance(model[0], Float8Linear)
+    assert losses[-1] < losses[0]
+
+
+@_needs("torchao", "torchao")
+@pytest.mark.parametrize("scaling", ["current", "rowwise", "rowwise_with_gw_hp", "mxfp8"])
+def test_every_ao_recipe_trains_where_the_gpu_runs_it(scaling: str) -> None:
+    """mxfp8 needs a Blackwell data-centre GPU (compute capability 10.x); the float8 recipes any FP8 GPU."""
+    capability = torch.cuda.get_device_capability()
+    if scaling == "mxfp8" and not (10, 0) <= capability < (11, 0):
+        pytest.skip(f"torchao's MXFP8 GEMMs need compute capability 10.x, this GPU has {capability}")
+    fp8_format = {} if scaling == "current" else {"fp8_format": "E4M3"}
+    accelerator, model, losses = train("ao", scaling=scaling, **fp8_format)
+    assert accelerator.precision.scaling == scaling
     assert losses[-1] < losses[0]
