@@ -38,6 +38,17 @@ if TYPE_CHECKING:
     from accel.training.optimizer import AcceleratedOptimizer
 
 
+def quantization_refusal(mode: str, tp_size: int) -> str:
+    """Why bitsandbytes `mode` cannot run with tensor parallelism over `tp_size` processes (the Accelerator
+    and `accel config`/`accel launch`'s configuration check say the same)."""
+    return (
+        f"BitsandbytesKwargs(mode={mode!r}) with tensor parallelism (tp_size={tp_size}) cannot "
+        "run: every bitsandbytes mode replaces the nn.Linear layers by quantized ones whose packed weights "
+        "torch's ColwiseParallel/RowwiseParallel cannot split. Use one or the other: tp_size=1 with "
+        "BitsandbytesKwargs, or tensor parallelism without it."
+    )
+
+
 class TensorParallelStrategy(ParallelStrategy):
     """Tensor parallelism on `mesh["tp"]`, with FSDP2 over `mesh["dp_shard"]` when it has one (2-D).
 
@@ -67,13 +78,7 @@ class TensorParallelStrategy(ParallelStrategy):
         check_mesh(mesh, process_state)
         precision.configure_tensor_parallel()  # an FP8 backend refuses here, naming what would work
         if handlers.supplies(BitsandbytesKwargs):
-            mode = handlers.get(BitsandbytesKwargs).mode
-            raise ValueError(
-                f"BitsandbytesKwargs(mode={mode!r}) with tensor parallelism (tp_size={tp.dim_size(mesh, 'tp')}) cannot "
-                "run: every bitsandbytes mode replaces the nn.Linear layers by quantized ones whose packed weights "
-                "torch's ColwiseParallel/RowwiseParallel cannot split. Use one or the other: tp_size=1 with "
-                "BitsandbytesKwargs, or tensor parallelism without it."
-            )
+            raise ValueError(quantization_refusal(handlers.get(BitsandbytesKwargs).mode, tp.dim_size(mesh, "tp")))
         self.mesh = mesh
         self.tp_size = tp.dim_size(mesh, "tp")
         self.data_sharded = tp.dim_size(mesh, "dp_shard") > 1

@@ -113,3 +113,10 @@ def test_with_ram_efficient_loading_the_4bit_modes_are_shown_with_the_reason(mon
     assert wizard_bnb.ask_quantization({}, torch.device("cpu"), answers) == {}
     [options] = script.offered.values()
     assert {o.value for o in options if o.unavailable == wizard_bnb.RAM_LOADING_REASON} == {"nf4", "nf4-dq", "fp4", "fp4-dq"}
+
+
+def test_with_tensor_parallelism_quantization_is_not_asked(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    script = scripted(monkeypatch, wizard_bnb, {})
+    assert wizard_bnb.ask_quantization({}, torch.device("cpu"), {"parallelism_config_tp_size": 2}) == {}
+    assert script.asked == [] and "tensor parallelism splits the Linear layers" in capsys.readouterr().out

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel.cli.errors import CliError, warn
-from accel.settings import GPU_IDS, MIXED_PRECISION, USE_CPU, to_environment
+from accel.settings import GPU_IDS, MIXED_PRECISION, PARALLELISM_SETTINGS_BY_KEY, USE_CPU, to_environment
 from accel.settings_handlers import fp8_recipe_from_env
 
 
@@ -152,6 +152,11 @@ def _check_quantization_and_fsdp(environ: Mapping[str, str], backend: Any, devic
     try:
         quantizer = create_quantizer(Handlers().with_environment(bnb_options_from_env(environ)), backend, device)
         options.fsdp_plugin(environment_plugin(environ), backend, quantizer)
+        tp_size = PARALLELISM_SETTINGS_BY_KEY["parallelism_config_tp_size"].from_env(environ) or 1
+        if quantizer is not None and tp_size > 1:
+            from accel.parallel.tensor_strategy import quantization_refusal
+
+            raise ValueError(quantization_refusal(quantizer.mode.name, tp_size))
     except capabilities.BACKEND_REFUSALS as error:
         raise CliError(
             f"this configuration cannot run on {device}: {one_line(error)} Change the config file (`accel config`) "

@@ -12,7 +12,14 @@ from typing import Any
 
 from accel.cli.config.prompts import Option, ask_select, ask_text, short_reason
 from accel.kwargs_handlers.bitsandbytes import INT8_MODES
-from accel.settings import BNB_SETTINGS_BY_KEY, FSDP_SETTINGS_BY_KEY, MIXED_PRECISION, RECIPE_PRECISION, USE_FSDP
+from accel.settings import (
+    BNB_SETTINGS_BY_KEY,
+    FSDP_SETTINGS_BY_KEY,
+    MIXED_PRECISION,
+    PARALLELISM_SETTINGS_BY_KEY,
+    RECIPE_PRECISION,
+    USE_FSDP,
+)
 
 Answers = dict[str, Any]
 
@@ -23,12 +30,16 @@ INT8_DTYPE_REASON = "the int8 modes compute in float16 only (LLM.int8())"
 FSDP_REASON = "FSDP shards the 4-bit modes only"
 RAM_LOADING_REASON = "not with fsdp_cpu_ram_efficient_loading (each process quantizes its own copy)"
 RAM_LOADING = FSDP_SETTINGS_BY_KEY["fsdp_cpu_ram_efficient_loading"]
+TP_SIZE = PARALLELISM_SETTINGS_BY_KEY["parallelism_config_tp_size"]
 
 
 def ask_quantization(current: Mapping[str, Any], device: Any, answers: Mapping[str, Any]) -> Answers:
     """The bnb_config answers ({} for no quantization), given the precision and FSDP answers so far."""
     if answers.get(MIXED_PRECISION.name) == RECIPE_PRECISION:
         print("  bitsandbytes quantization: not asked, fp8 replaces the same Linear layers")
+        return {}
+    if (answers.get(TP_SIZE.name) or 1) > 1:
+        print("  bitsandbytes quantization: not asked, tensor parallelism splits the Linear layers it would replace")
         return {}
     modes = _mode_options(device, bool(answers.get(USE_FSDP.name)), bool(answers.get(RAM_LOADING.name)))
     reasons = {option.unavailable for option in modes}
