@@ -3,10 +3,11 @@
 `accel launch` watches for a stall: some processes waiting in a collective for longer than
 stall_report_after while another is not in it (see accel/cli/launch/stall_watch.py). To see that
 from outside, each worker started by `accel launch` maps a file of STATE_SIZE bytes
-(`rank<N>.state` in the launcher's folder) and accel's collectives write into it on entry (the
-time and the operation's name) and on exit (time 0, one more completed collective). These are
-stores into shared memory: no system call, no lock, no allocation (the name's bytes are made once,
-when the collective is defined), so a collective costs a few hundred nanoseconds more.
+(`rank<N>.state` in the launcher's folder) and accel's collectives count into it: a counter that
+is odd while the process is inside a collective (one more on entry, one more on exit), and the
+operation's name. The launcher notes when it first saw each odd count, so no clock is read here:
+a store into shared memory on entry and on exit, no system call, no lock (the name's bytes are
+made once, when the collective is defined, and written only when they change).
 
 The same worker runs a daemon thread that sleeps in a read of the pipe `rank<N>.ask`; when the
 launcher writes a byte there, it appends every thread's stack (sys._current_frames) to
@@ -37,34 +38,40 @@ import os
 import struct
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 STATE_SIZE = 128
-"""Bytes of a rank's state file: three doubles (since, completed, pid), then the operation's name."""
-_HEADER = struct.Struct("=3d")
+"""Bytes of a rank's state file: two int64 (the count, the pid), then the operation's name."""
+_HEADER = struct.Struct("=2q")
 _NAME_AT = _HEADER.size
 _NAME_SIZE = STATE_SIZE - _NAME_AT
 END = "-- end of stacks --"
 """The line that closes each dump in a stacks file."""
 
 _view: list[Any] = [None]
-"""The three doubles of this process's state file, while it is mapped: [since, completed, pid] (a memoryview
-of format 'd', which typeshed types as holding ints)."""
+"""The two int64 of this process's state file, while it is mapped: [count, pid]."""
+_count = [0]
+"""Collectives entered plus collectives left: odd while inside one."""
 _mapping: list[mmap.mmap | None] = [None]
 """The whole state file, while it is mapped (the name is written through it)."""
+_last: list[bytes] = [b""]
+"""The name last written into the state file."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Marks:
-    """One rank's state as the launcher reads it: in `operation` since `since` (time.monotonic; 0: in none)."""
+    """One rank's state as the launcher reads it: inside `operation` while `count` is odd."""
 
-    since: float
+    count: int
     operation: str
-    completed: int
     pid: int
+
+    @property
+    def inside(self) -> bool:
+        """Whether the rank is inside a marked operation."""
+        return bool(self.count & 1)
 
 
 def state_path(folder: Path, rank: int | str) -> Path:
@@ -96,8 +103,8 @@ def open_marks(folder: Path, rank: str) -> None:
     requests = os.open(ask, os.O_RDWR)  # read-write: no end of file while the launcher has it closed
     stacks = stacks_path(folder, rank)
     threading.Thread(target=_answer, args=(requests, stacks), name="accel-stacks", daemon=True).start()
-    view = memoryview(mapping)[:_NAME_AT].cast("d")
-    view[2] = float(os.getpid())
+    view = memoryview(mapping)[:_NAME_AT].cast("q")
+    view[1] = os.getpid()
     _mapping[0] = mapping
     _view[0] = view
 
@@ -132,19 +139,20 @@ def enter(name: bytes) -> bool:
     """Mark this process as waiting in the operation `name` (see `label`) from now; False (nothing marked) outside
     `accel launch` or inside another marked operation (gather_for_metrics calls gather: the outer one counts)."""
     view = _view[0]
-    if view is None or view[0]:
+    if view is None or _count[0] & 1:
         return False
-    _mapping[0][_NAME_AT:STATE_SIZE] = name  # type: ignore[index]  # mapped whenever the view is
-    view[0] = time.monotonic()
+    if name is not _last[0]:  # backward marks the same name every step: written once
+        _mapping[0][_NAME_AT:STATE_SIZE] = name  # type: ignore[index]  # mapped whenever the view is
+        _last[0] = name
+    _count[0] += 1
+    view[0] = _count[0]
     return True
 
 
 def leave() -> None:
-    """This process has left the operation `enter` marked."""
-    view = _view[0]
-    if view is not None:
-        view[0] = 0.0
-        view[1] += 1.0
+    """This process has left the operation `enter` marked (call it only when `enter` returned True)."""
+    _count[0] += 1
+    _view[0][0] = _count[0]
 
 
 def read_marks(path: Path) -> Marks | None:
@@ -155,6 +163,6 @@ def read_marks(path: Path) -> Marks | None:
         return None
     if len(data) < STATE_SIZE:
         return None
-    since, completed, pid = _HEADER.unpack_from(data)
+    count, pid = _HEADER.unpack_from(data)
     operation = data[_NAME_AT:STATE_SIZE].rstrip(b"\0").decode(errors="replace")
-    return Marks(since, operation, int(completed), int(pid))
+    return Marks(count, operation, pid)

@@ -61,6 +61,7 @@ class StallWatch:
         self.folder, self.after, self.label, self.world = folder, after, label, world
         self.write = write or (lambda text: print(text, file=sys.stderr, flush=True))
         self._reported: set[tuple[int, float]] = set()
+        self._since: dict[int, tuple[tuple[int, int], float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="accel-stall-watch", daemon=True)
 
@@ -90,30 +91,44 @@ class StallWatch:
                 found[int(rank)] = marks
         return found
 
+    def waits(self, now: float) -> tuple[dict[int, Marks], dict[int, float]]:
+        """Each rank's marks, and when this watch first saw each rank that is inside an operation in it (the
+        worker reads no clock: the time is the first poll that saw its count)."""
+        marks = self.marks()
+        seen = {rank: (mark.pid, mark.count) for rank, mark in marks.items() if mark.inside}
+        updated = {}
+        for rank, key in seen.items():
+            previous = self._since.get(rank)
+            updated[rank] = previous if previous is not None and previous[0] == key else (key, now)
+        self._since = updated
+        return marks, {rank: then for rank, (_, then) in self._since.items()}
+
     def check(self, now: float) -> list[str] | None:
         """The lines of a report when a stall not yet reported is seen at `now` (time.monotonic), else None."""
-        marks = self.marks()
-        waiting = {rank: mark for rank, mark in marks.items() if mark.since > 0}
-        self._reported &= {(rank, mark.since) for rank, mark in waiting.items()}  # forget the waits that ended
-        late = {rank: mark for rank, mark in waiting.items() if now - mark.since >= self.after}
+        marks, since = self.waits(now)
+        self._reported &= {(rank, since[rank]) for rank in since}  # forget the waits that ended
+        late = {rank: then for rank, then in since.items() if now - then >= self.after}
         if not late:
             return None
-        first = min(late, key=lambda rank: late[rank].since)
-        operation = late[first].operation
-        missing = sorted(rank for rank, mark in marks.items() if rank not in waiting or mark.operation != operation)
-        key = (first, late[first].since)
+        first = min(late, key=late.__getitem__)
+        operation = marks[first].operation
+        waiters = sorted(rank for rank in since if marks[rank].operation == operation)
+        missing = sorted(rank for rank in marks if rank not in waiters)
+        key = (first, late[first])
         if not missing or key in self._reported:
             return None
         self._reported.add(key)
-        waiters = sorted(rank for rank in waiting if waiting[rank].operation == operation)
-        return self._report(now, marks, operation, waiters, missing)
+        return self._report(now, marks, since, operation, waiters, missing)
 
-    def _report(self, now: float, marks: dict[int, Marks], operation: str, waiters: list[int], missing: list[int]) -> list[str]:
+    def _report(
+        self, now: float, marks: dict[int, Marks], since: dict[int, float], operation: str, waiters: list[int],
+        missing: list[int],
+    ) -> list[str]:
         stacks = request_stacks(self.folder, [*missing, *waiters])
         hidden = _hidden_folders()
         names = ", ".join(str(rank) for rank in missing)
         waits = ", ".join(f"{rank}" for rank in waiters)
-        longest = now - min(marks[rank].since for rank in waiters)
+        longest = now - min(since[rank] for rank in waiters)
         lines = [
             f"accel launch: {self.label}: stall: rank{'s' if len(waiters) > 1 else ''} {waits} of {self.world} "
             f"{'have' if len(waiters) > 1 else 'has'} waited {longest:.0f} s in {operation}, which rank"
@@ -123,13 +138,13 @@ class StallWatch:
         for rank in waiters:
             called = caller(stacks.get(rank) or "", hidden)
             where = f", called at {called}" if called else ""
-            lines.append(f"  rank {rank} waits in {operation} for {now - marks[rank].since:.0f} s{where}")
+            lines.append(f"  rank {rank} waits in {operation} for {now - since[rank]:.0f} s{where}")
         for rank in missing:
-            lines.extend(self._missing_lines(rank, marks[rank], stacks.get(rank), now))
+            lines.extend(self._missing_lines(rank, marks[rank], since.get(rank), stacks.get(rank), now))
         return lines
 
-    def _missing_lines(self, rank: int, mark: Marks, dump: str | None, now: float) -> list[str]:
-        where = f"in {mark.operation} (for {now - mark.since:.0f} s)" if mark.since > 0 else "in none of accel's collectives"
+    def _missing_lines(self, rank: int, mark: Marks, since: float | None, dump: str | None, now: float) -> list[str]:
+        where = f"in {mark.operation} (for {now - since:.0f} s)" if since is not None else "in none of accel's collectives"
         if dump is None:
             return [f"  rank {rank} is {where}; it has exited, or its Python did not answer within {WAIT_S:g} s (native "
                     "code holding the interpreter), so no stack could be taken"]
