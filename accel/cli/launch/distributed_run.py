@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update({FAILURES_VARIABLE: str(failures), AGENT_PID_VARIABLE: str(os.getpid())})
     stalls = Path(tempfile.mkdtemp(prefix="accel-stalls-"))
     after = DEFAULT_AFTER_S if stall_after is None else stall_after
-    watch = StallWatch(stalls, after, label, "?") if after > 0 else None
+    watch = StallWatch(stalls, after, label, "?") if after > 0 and hasattr(os, "mkfifo") else None  # not on Windows
     if watch is not None:
         os.environ[STALLS_VARIABLE] = str(stalls)
     try:

@@ -49,7 +49,10 @@ def main(argv: Sequence[str]) -> None:
     if stalls:
         from accel.distributed.stall_marks import open_marks
 
-        open_marks(Path(stalls), os.environ.get("RANK", "?"))
+        try:
+            open_marks(Path(stalls), os.environ.get("RANK", "?"))
+        except OSError as error:  # the launcher's temporary folder unwritable: run on, without stall reports
+            print(f"accel launch: no stall report for this process ({error})", file=sys.stderr, flush=True)
     folder = os.environ.pop(FAILURES_VARIABLE, None)
     if folder:
         hidden = (__file__, runpy.__file__)  # the bootstrap's frames, above the script's
