@@ -208,6 +208,10 @@ RANK_EXIT_GRACE = Setting(
     "rank_exit_grace", IntKind(minimum=1), None,
     help="seconds the other processes may run on after one has exited before accel launch stops them (default 30)",
 )
+STALL_REPORT_AFTER = Setting(
+    "stall_report_after", IntKind(minimum=0), None, help="seconds some processes wait in a collective that another "
+    "has not joined before accel launch prints where that one is (its stack); 0: never (default 60)",
+)
 MAX_RESTARTS = Setting("max_restarts", IntKind(minimum=0), None, help="times every process is restarted after one "
                        "fails (torchrun's --max_restarts; default 0); the script resumes with load_state()")
 MONITOR_INTERVAL = Setting("monitor_interval", FloatKind(minimum=0.01), None, help="seconds between the launcher's "
@@ -238,13 +242,14 @@ ACCELERATOR_SETTINGS = (
 )
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
 LAUNCHER_SETTINGS = (
-    NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE, *ELASTIC_SETTINGS,
+    NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT, GPU_IDS, RANK_EXIT_GRACE,
+    STALL_REPORT_AFTER, *ELASTIC_SETTINGS,
 )
 """Settings that decide how `accel launch` starts processes."""
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
-    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, SCHEDULER_PER_OPTIMIZER_STEP,
-    ACTIVATION_CHECKPOINTING,
+    USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, STALL_REPORT_AFTER,
+    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
     *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""

@@ -15,6 +15,7 @@ pairs is at most --limit (3% by default); the exit status is 1 when one does not
     python benchmarks/overhead.py                      # tiny model; no, fp16 and bf16 (~2 min)
     python benchmarks/overhead.py --quick              # smoke run, a few seconds
     python benchmarks/overhead.py --models tiny,gpt --precisions no --out overhead.json
+    python benchmarks/overhead.py --precisions no --stall_marks   # as a worker of `accel launch` (stall watch on)
 
 Models: "tiny" is Linear(32,32)-ReLU-Linear(32,1) with SGD at batch 32, where any
 per-step cost of the wrapper shows; "gpt" is the model of examples/gpt.py with AdamW at a
@@ -350,6 +351,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--verbose", action="store_true", help="print each block pair")
     parser.add_argument(
+        "--stall_marks",
+        action="store_true",
+        help="map the stall marks and start the stacks thread, as `accel launch` does in each worker (its stall "
+        "report, on by default): accelerator.backward then marks itself on every step",
+    )
+    parser.add_argument(
         "--keep_output_dtype",
         action="store_true",
         help="fp16/bf16: AutocastKwargs(convert_outputs_to_fp32=False), as the hand loop",
@@ -377,10 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.stall_marks:
+        import tempfile
+
+        from accel.distributed.stall_marks import open_marks
+
+        open_marks(Path(tempfile.mkdtemp(prefix="accel-overhead-stalls-")), "0")
     env = environment()
     print(
         f"accel {env['accel']} | torch {env['torch']} | python {env['python']} | "
         f"{env['torch_threads']} threads" + (" | --quick" if args.quick else "")
+        + (" | --stall_marks" if args.stall_marks else "")
     )
     results: list[Result] = []
     for model_name in args.models:
@@ -407,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "environment": env,
             "quick": args.quick,
+            "stall_marks": args.stall_marks,
             "results": [asdict(r) for r in results],
         }
         Path(args.out).write_text(json.dumps(payload, indent=2) + "\n")

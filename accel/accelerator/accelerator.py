@@ -31,6 +31,7 @@ from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import check_dataloader_config
 from accel.data.skipping import skip_first_batches
 from accel.distributed import process_group as distributed
+from accel.distributed import stall_marks
 from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.environment import check_environment
@@ -60,6 +61,9 @@ from accel.training.gradient_state import GradientState
 from accel.training.out_of_memory import release_memory
 from accel.training.prepared import PreparedObjects
 from accel.training.strategy import ParallelStrategy
+
+_BACKWARD = stall_marks.label("backward (DDP's gradient all-reduce)")
+"""How a process in `Accelerator.backward` shows in a stall report."""
 
 
 class Accelerator(
@@ -257,7 +261,12 @@ class Accelerator(
                 "accelerator.prepare(...) first, so that the precision can be applied."
             )
         steps = self.gradient_state.num_steps
-        self.precision.backward(loss / steps if steps > 1 else loss, **kwargs)
+        marked = stall_marks.enter(_BACKWARD)  # DDP all-reduces gradients in backward: a wait `accel launch` watches
+        try:
+            self.precision.backward(loss / steps if steps > 1 else loss, **kwargs)
+        finally:
+            if marked:
+                stall_marks.leave()
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
         """The precision's autocast, for code outside the prepared model (a loss, say)."""

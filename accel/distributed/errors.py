@@ -16,6 +16,8 @@ from typing import Any, TypeVar, cast
 
 import torch.distributed as dist
 
+from accel.distributed import stall_marks
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TIMEOUT_MARKS = ("timed out", "timeout")
@@ -36,12 +38,15 @@ class CollectiveError(RuntimeError):
 def named_collective(operation: str) -> Callable[[F], F]:
     """Decorate an accel collective so that a timeout or a lost peer raises CollectiveError naming `operation`.
 
-    Only the exception path does any work: the call itself costs one extra Python frame.
+    Under `accel launch`, the call is also marked as a wait in `operation` (stall_marks.py), so that the
+    launcher can report a process that is missing from it; otherwise it costs one extra Python frame.
     """
+    name = stall_marks.label(operation)
 
     def wrap(function: F) -> F:
         @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> Any:
+            marked = stall_marks.enter(name)
             try:
                 return function(*args, **kwargs)
             except CollectiveError:
@@ -51,6 +56,9 @@ def named_collective(operation: str) -> Callable[[F], F]:
                 if named is None:
                     raise
                 raise named from error
+            finally:
+                if marked:
+                    stall_marks.leave()
 
         return cast(F, call)  # functools.wraps keeps function's signature
 

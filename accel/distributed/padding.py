@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from accel.distributed.errors import named_collective
 from accel.distributed.operations import all_shapes, rebuild, tensors_of
 from accel.distributed.process_state import ProcessState
 
@@ -22,6 +23,7 @@ class CannotPadNestedTensorWarning(UserWarning):
     """A nested (jagged) tensor was left unpadded: its sizes do not fit one padded shape."""
 
 
+@named_collective("pad_across_processes")
 def pad_across_processes(
     data: Any, state: ProcessState, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
 ) -> Any:

@@ -9,6 +9,9 @@ wrapper runs the same launcher (same arguments, same rendezvous), but:
 * each worker is `python -m accel.cli.launch.worker ...`, which dies with this wrapper and prints a
   traceback only for the first failure (see worker.py);
 * once a worker has exited, the others get rank_exit_grace seconds (rank_grace.py);
+* a rank missing from a collective the others have waited in for stall_report_after seconds is
+  named with its stack, and training goes on (stall_watch.py); when a collective times out, the
+  stacks of the ranks that never joined it come with the failure;
 * a failure is reported in one line naming the rank, with that worker's exit status.
 """
 
@@ -30,8 +33,9 @@ from accel.cli.launch.first_failure import elsewhere_line, first_record, never_j
 from accel.cli.launch.lost_machine import lost_machine_line, machine_0_missing, rendezvous_timeout_line
 from accel.cli.launch.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
 from accel.cli.launch.rendezvous import CPP_LOG_VARIABLE
-from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE
-from accel.settings import RANK_EXIT_GRACE
+from accel.cli.launch.stall_watch import DEFAULT_AFTER_S, StallWatch
+from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE, STALLS_VARIABLE
+from accel.settings import RANK_EXIT_GRACE, STALL_REPORT_AFTER
 
 COMMAND = "accel launch"
 UNCAUGHT_EXCEPTION_STATUS = 1
@@ -50,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = worker[1] if worker[0] == "module" else Path(worker[1]).name
     try:
         grace = RANK_EXIT_GRACE.from_env() or DEFAULT_GRACE_S
+        stall_after = STALL_REPORT_AFTER.from_env()
     except ValueError as error:  # the user's own variable (a flag or the config file was checked before)
         print(f"accel launch: {error}", file=sys.stderr)
         return 2
@@ -66,10 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return error.status
     failures = Path(tempfile.mkdtemp(prefix="accel-launch-"))
     os.environ.update({FAILURES_VARIABLE: str(failures), AGENT_PID_VARIABLE: str(os.getpid())})
+    stalls = Path(tempfile.mkdtemp(prefix="accel-stalls-"))
+    after = DEFAULT_AFTER_S if stall_after is None else stall_after
+    watch = StallWatch(stalls, after, label, "?") if after > 0 and hasattr(os, "mkfifo") else None  # not on Windows
+    if watch is not None:
+        os.environ[STALLS_VARIABLE] = str(stalls)
     try:
-        return _run(argv[:split], worker, label, grace, failures)
+        return _run(argv[:split], worker, label, grace, failures, watch)
     finally:
+        if watch is not None:
+            watch.stop()
         shutil.rmtree(failures, ignore_errors=True)
+        shutil.rmtree(stalls, ignore_errors=True)
 
 
 def _quiet_cpp_logs() -> None:
@@ -88,7 +101,9 @@ def _quiet_cpp_logs() -> None:
         del os.environ[CPP_LOG_VARIABLE]
 
 
-def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, failures: Path) -> int:
+def _run(
+    torchrun_args: list[str], worker: list[str], label: str, grace: float, failures: Path, watch: StallWatch | None
+) -> int:
     """torchrun's launcher with `worker` as each process's arguments; failures in one line."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -104,9 +119,19 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
         print(f"{COMMAND}: {missing}", file=sys.stderr, flush=True)
         return 1
     seen: dict[str, Any] = {}
+    last_stacks: list[str] = []
+    if watch is not None:
+        watch.world = _world_size(args)
+        watch.start()
+
+    def before_stop(running: list[int]) -> None:
+        if watch is not None and first_record(failures).get("reason") == "timeout":
+            last_stacks[:] = watch.stacks_of(running)
+
     try:
         try:
-            with rank_exit_grace(grace, lambda found, number, most: _restarting(found, number, most, failures)) as seen:
+            restarting = lambda found, number, most: _restarting(found, number, most, failures)  # noqa: E731
+            with rank_exit_grace(grace, restarting, before_stop) as seen:
                 run(args)
         finally:
             for line in repeat_lines(failures):
@@ -114,6 +139,8 @@ def _run(torchrun_args: list[str], worker: list[str], label: str, grace: float, 
     except ChildFailedError as error:
         first, running = first_record(failures), seen.get("running", [])
         rank, status = _first_failure(error, first, running)
+        for line in last_stacks:
+            print(line, file=sys.stderr, flush=True)
         for note in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
             if note:
                 print(note, file=sys.stderr, flush=True)

@@ -38,16 +38,20 @@ class RanksDidNotFinish(Exception):
 
 OnRestart = Callable[[dict[int, Any], int, int], None]
 """Called before torchrun restarts the workers: (rank -> failure of the attempt that failed, restart number, most restarts)."""
+BeforeStop = Callable[[list[int]], None]
+"""Called once a worker has failed, before torchrun stops the others: the ranks still running."""
 
 
 def _grace_agent(
-    base: type[LocalElasticAgent], grace: float, seen: dict[str, Any], on_restart: OnRestart | None
+    base: type[LocalElasticAgent], grace: float, seen: dict[str, Any], on_restart: OnRestart | None,
+    before_stop: BeforeStop | None = None,
 ) -> type[LocalElasticAgent]:
     """A subclass of torchrun's LocalElasticAgent (`base`) that enforces `grace`.
 
     When a worker fails, `seen["running"]` lists the ranks that were still running then, which
     torchrun stopped (by a signal): after a collective timeout, those that never joined it.
-    Before a restart (max_restarts), `on_restart` is told which workers failed.
+    Before a restart (max_restarts), `on_restart` is told which workers failed; when a worker has
+    failed, `before_stop` is told which are still running, before torchrun stops them.
     """
     from torch.distributed.elastic.agent.server.api import WorkerState
 
@@ -65,6 +69,8 @@ def _grace_agent(
 
         def _monitor_workers(self, worker_group: Any) -> Any:
             before = _exit_codes(self._pcontext, worker_group)
+            if before_stop is not None and any(code for code in before.values()):
+                before_stop(sorted(rank for rank, code in before.items() if code is None))
             result = super()._monitor_workers(worker_group)  # on a failure, it stops the others at once
             if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
                 self._failures = dict(result.failures)
@@ -101,14 +107,16 @@ def _exit_codes(pcontext: Any, worker_group: Any) -> dict[int, int | None]:
 
 
 @contextlib.contextmanager
-def rank_exit_grace(grace: float, on_restart: OnRestart | None = None) -> Iterator[dict[str, Any]]:
+def rank_exit_grace(
+    grace: float, on_restart: OnRestart | None = None, before_stop: BeforeStop | None = None
+) -> Iterator[dict[str, Any]]:
     """While inside, torch.distributed.run's launcher uses the grace-period agent; yields what it saw
-    (`"running"`: the ranks still running when a worker failed). `on_restart`: see OnRestart."""
+    (`"running"`: the ranks still running when a worker failed). `on_restart`, `before_stop`: see their types."""
     from torch.distributed.launcher import api
 
     original = api.LocalElasticAgent
     seen: dict[str, Any] = {}
-    api.LocalElasticAgent = _grace_agent(original, grace, seen, on_restart)  # type: ignore[misc]  # patched for the block
+    api.LocalElasticAgent = _grace_agent(original, grace, seen, on_restart, before_stop)  # type: ignore[misc]  # patched for the block
     try:
         yield seen
     finally:

@@ -6,6 +6,9 @@ do for itself early enough:
 
 * it asks to be killed when the torchrun wrapper dies (parent_death.py), so that a launcher
   killed with SIGKILL leaves no worker behind;
+* under a stall watch (stall_report_after, see stall_watch.py), it maps the file in which accel's
+  collectives mark the one this process waits in, and has faulthandler dump every thread's stack
+  on the launcher's request (accel/distributed/stall_marks.py);
 * it installs an excepthook so that when several processes fail the same way, only the first
   prints its traceback, and the wrapper prints one line for each of the others
   (first_failure.py). The traceback starts at the script's own frames, as `python script.py`'s.
@@ -30,6 +33,8 @@ AGENT_PID_VARIABLE = "_ACCEL_LAUNCH_AGENT_PID"
 """The wrapper's pid, set by distributed_run for its workers (a leading _: not a setting)."""
 FAILURES_VARIABLE = "_ACCEL_LAUNCH_FAILURES"
 """The folder where failing workers meet (see first_failure.py)."""
+STALLS_VARIABLE = "_ACCEL_LAUNCH_STALLS"
+"""The folder of the workers' stall marks and stacks, when the launcher watches for stalls (see stall_watch.py)."""
 
 
 def main(argv: Sequence[str]) -> None:
@@ -40,6 +45,14 @@ def main(argv: Sequence[str]) -> None:
     agent = os.environ.pop(AGENT_PID_VARIABLE, None)
     if agent is not None and agent.isdigit():
         die_with_parent(signal.SIGKILL, int(agent))
+    stalls = os.environ.pop(STALLS_VARIABLE, None)
+    if stalls:
+        from accel.distributed.stall_marks import open_marks
+
+        try:
+            open_marks(Path(stalls), os.environ.get("RANK", "?"))
+        except OSError as error:  # the launcher's temporary folder unwritable: run on, without stall reports
+            print(f"accel launch: no stall report for this process ({error})", file=sys.stderr, flush=True)
     folder = os.environ.pop(FAILURES_VARIABLE, None)
     if folder:
         hidden = (__file__, runpy.__file__)  # the bootstrap's frames, above the script's
