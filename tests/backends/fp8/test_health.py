@@ -229,3 +229,16 @@ def test_ao_reports_its_weights_amax_scale_and_fractions(tmp_path: Path, caplog:
     assert not any("input" in key or "grad_output" in key for key in values)
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("FP8 health at step 1 ")]
     assert "Not reported: the inputs and output gradients" in line
+
+
+def test_under_ddp_only_the_main_process_counts_and_reports(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "distributed" / "two_processes"))
+    from launching import launch
+
+    done = launch(str(Path(__file__).with_name("health_ddp_script.py")), str(tmp_path), processes=2, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.of("wrapped") == [True, False]
+    assert done.of("counted") == [[False, True, True, True], [False] * 4]
+    assert sorted(health_records(tmp_path)) == [2, 4]  # one writer: each report once
