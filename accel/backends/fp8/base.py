@@ -65,9 +65,9 @@ class FP8Backend(PrecisionBackend):
         self.selection = f"FP8 backend {self.library!r}: asked for by name"
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
         self.fsdp_mode = ""
+        """Under FSDP2 (configure_fsdp): how the FP8 layers run sharded, for describe() and the conversion report."""
         self.health_models: list[nn.Module] = []
         """The models converted since FP8 health was switched on (empty when it is off)."""
-        """Under FSDP2 (configure_fsdp): how the FP8 layers run sharded, for describe() and the conversion report."""
 
     def describe(self) -> str:
         level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
