@@ -5,6 +5,7 @@ Accelerate's names and meanings; the trackers themselves live in accel.tracking.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -13,6 +14,8 @@ from typing import Any
 from accel.tracking import GeneralTracker
 from accel.tracking.selection import LogWith, Selected, check_tracker_kwargs, create_trackers, filter_trackers
 
+logger = logging.getLogger("accel")
+
 
 class TrackingMixin:
     """Experiment trackers for the Accelerator. Only the main process creates trackers and logs
@@ -20,6 +23,7 @@ class TrackingMixin:
 
     project_configuration: Any
     is_main_process: bool
+    precision: Any
 
     def _setup_tracking(self, log_with: LogWith | Sequence[LogWith] | None) -> None:
         """Check `log_with` at construction: unknown names, missing libraries and a missing logging
@@ -27,6 +31,23 @@ class TrackingMixin:
         self.log_with: list[Selected] = filter_trackers(log_with, self.logging_dir)
         self._trackers: list[GeneralTracker] = []
         self._told_log_goes_nowhere = False
+        self._told_health_goes_nowhere = False
+        if self.is_main_process:
+            self.precision.report_health(self._log_health)
+
+    def _log_health(self, values: dict[str, float], step: int, summary: str) -> None:
+        """Where the precision's health reports go (FP8RecipeKwargs.health_interval): `values` to every
+        running tracker at `step` (the optimizer step), `summary` to the "accel" logger (INFO)."""
+        logger.info(summary)
+        if self._trackers:
+            for tracker in self._trackers:
+                tracker.log(values, step=step)
+        elif not self._told_health_goes_nowhere:
+            self._told_health_goes_nowhere = True
+            warnings.warn(
+                f"FP8 health at optimizer step {step} went to no tracker (only its summary to the 'accel' logger): "
+                "none is running. Pass Accelerator(log_with=..., project_dir=...) and call init_trackers() before "
+                "training; this is said once.", UserWarning, stacklevel=2)
 
     @property
     def logging_dir(self) -> str | None:

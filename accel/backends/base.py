@@ -173,6 +173,11 @@ class PrecisionBackend:
         """Numbers worth logging (loss scale, skipped steps, ...). Default: none."""
         return {}
 
+    def report_health(self, sink: Callable[[dict[str, float], int, str], None]) -> None:
+        """Called once, at construction (main process): send this precision's health readings to
+        `sink(values, step, summary)` as its recipe asks (FP8RecipeKwargs.health_interval). Default:
+        this precision has none to report, and nothing is installed."""
+
     def state_dict(self) -> dict[str, Any]:
         """The precision's own state (loss scaler, FP8 scaling) for a checkpoint. Default: none."""
         return {}

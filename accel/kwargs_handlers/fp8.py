@@ -63,6 +63,9 @@ class FP8RecipeKwargs(KwargsHandler):
     fp8_params: bool = False
     """Store the converted layers' weights in FP8, the high-precision master copy with the optimizer
     (NeMo's fp8_params, TransformerEngine's fp8_model_init / quantized_model_init)."""
+    health_interval: int = 0
+    """Every this many optimizer steps, log per-layer FP8 health (amax, scale, saturated and underflowed
+    fractions) to the active trackers, with a summary line; 0 (default) is off and costs nothing."""
 
     def __post_init__(self) -> None:
         self._normalise("backend", check_choice("FP8RecipeKwargs.backend", self.backend, FP8_BACKENDS))
@@ -90,6 +93,7 @@ class FP8RecipeKwargs(KwargsHandler):
             "base_precision", check_choice("FP8RecipeKwargs.base_precision", self.base_precision, BASE_PRECISIONS)
         )
         check_bool("FP8RecipeKwargs.fp8_params", self.fp8_params)
+        check_int("FP8RecipeKwargs.health_interval", self.health_interval, minimum=0)
 
     def with_fields(self, **fields: object) -> FP8RecipeKwargs:
         """This recipe with `fields` set as if the caller had given them (they join `explicit_fields`)."""

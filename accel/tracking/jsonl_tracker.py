@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from accel.tracking.base import GeneralTracker, on_main_process
-from accel.tracking.plot import plot_scalars, read_series
+from accel.tracking.plot import plot_health, plot_scalars, read_series, split_health
 from accel.tracking.requirements import installed
 from accel.tracking.values import plain
 
@@ -21,7 +21,9 @@ class JSONLinesTracker(GeneralTracker):
     - `metrics.jsonl`: one line per `log()` call, `{"step": ..., "time": ..., "values": {...}}`
       (time in seconds since the epoch; tensors become numbers). Appended to, so a resumed run continues it.
     - `config.json`: the `config` given to `init_trackers`.
-    - `metrics.png` at `finish()`: one chart per logged scalar, when matplotlib is installed.
+    - `metrics.png` at `finish()`: one chart per logged scalar, when matplotlib is installed; the FP8
+      health metrics (`fp8/...`, FP8RecipeKwargs(health_interval=N)) go to `fp8_health.png` instead, one
+      chart per reading with a line per layer.
 
     Args:
         run_name: the run's folder name (the `project_name` of `init_trackers`).
@@ -56,6 +58,11 @@ class JSONLinesTracker(GeneralTracker):
     def plot_file(self) -> Path:
         """The PNG written at `finish()`."""
         return self.folder / "metrics.png"
+
+    @property
+    def health_plot_file(self) -> Path:
+        """The PNG of the FP8 health metrics, written at `finish()` when any were logged."""
+        return self.folder / "fp8_health.png"
 
     @property
     def tracker(self) -> IO[str] | None:
@@ -97,9 +104,11 @@ class JSONLinesTracker(GeneralTracker):
             message = f"no {self.plot_file.name} for {self.folder}: pip install matplotlib to get one."
             warnings.warn(message, stacklevel=3)
             return
-        series = read_series(self.metrics_file)
+        series, health = split_health(read_series(self.metrics_file))
         if series:
             plot_scalars(series, self.plot_file, title=self.run_name)
+        if health:
+            plot_health(health, self.health_plot_file, title=self.run_name)
 
 
 def _fallback(value: Any) -> Any:

@@ -53,6 +53,8 @@ from accel.backends.fp8.ao_recipe import (
 )
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
+from accel.backends.fp8.health import Readings
+from accel.backends.fp8.health_readers import ao_readings
 from accel.backends.fp8.support import check_fixed_fields, library_version, module_present, too_old_reason
 from accel.backends.fp8.te_convert import ParameterMap
 from accel.kwargs_handlers import Handlers
@@ -189,6 +191,15 @@ class TorchAOFP8(FP8Backend):
                 if _is_float8_linear(layer):
                     layer.register_forward_pre_hook(_input_to_cpu_autocast_dtype)
         return module
+
+    health_gaps = (
+        "the inputs and output gradients (torchao scales each from its own amax inside the GEMM and keeps "
+        "neither amax nor scale); weights are read at report steps."
+    )
+
+    def health(self) -> Readings:
+        """Per torchao Float8Linear, its weight's amax, scale and cast fractions (health_readers.py)."""
+        return ao_readings(self.health_models, self.ao_config)
 
     def wrap_forward(self, forward: Forward) -> Forward:
         if self.mxfp8:

@@ -20,6 +20,7 @@ from torch import nn
 from accel.backends.base import PrecisionBackend
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base_precision import create_base, loss_scaler_of
+from accel.backends.fp8.health import HealthMonitor, HealthSink, Readings
 from accel.backends.masters import UpcastParameter
 from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers, KwargsHandler
 
@@ -44,6 +45,8 @@ class FP8Backend(PrecisionBackend):
     base_precision, which every backend honours)."""
     refusals: ClassVar[dict[str, str]] = {}
     """Why this backend cannot honour a field, for fields whose refusal needs its reason (field -> reason)."""
+    health_gaps: ClassVar[str] = ""
+    """What this backend's health reports cannot include, and why (said once, in the first summary line)."""
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
@@ -63,6 +66,8 @@ class FP8Backend(PrecisionBackend):
         """Why this backend runs: asked by name, or chosen by `auto` (and why not the others)."""
         self.fsdp_mode = ""
         """Under FSDP2 (configure_fsdp): how the FP8 layers run sharded, for describe() and the conversion report."""
+        self.health_models: list[nn.Module] = []
+        """The models converted since FP8 health was switched on (empty when it is off)."""
 
     def describe(self) -> str:
         level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
@@ -133,7 +138,8 @@ class FP8Backend(PrecisionBackend):
                     f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on the {self.library!r} FP8 "
                     f"backend: {reason}"
                 )
-        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - {"backend", "scaling", "base_precision"})
+        always = {"backend", "scaling", "base_precision", "health_interval"}  # every backend honours these
+        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - always)
         if unhonoured:
             raise ValueError(
                 f"FP8RecipeKwargs sets {', '.join(unhonoured)}, which the {self.library!r} FP8 backend cannot honour "
@@ -199,6 +205,42 @@ class FP8Backend(PrecisionBackend):
     def fp8_stats(self) -> dict[str, dict[str, float]]:
         """Per layer: amax, scale and over/underflow counts of the last step. Default: none."""
         return {}
+
+    def report_health(self, sink: HealthSink) -> None:
+        """Every `health_interval` optimizer steps, send `health()`'s readings to `sink` (health.py).
+
+        Off (0, the default) nothing is installed. On, this backend's `optimizer_step` is wrapped, on
+        this instance, by the monitor that counts steps and reports.
+        """
+        interval = self.recipe.health_interval
+        if interval:
+            monitor = HealthMonitor(interval, sink, self.health, self.count_health, self.library, self.health_gaps)
+            self.optimizer_step = monitor.wrap(self.optimizer_step)  # type: ignore[method-assign]  # on purpose, when on
+            self.convert_module = self._keeping_models(self.convert_module)  # type: ignore[method-assign,assignment]  # as above
+
+    def _keeping_models(self, convert: Callable[[nn.Module], nn.Module]) -> Callable[[nn.Module], nn.Module]:
+        """`convert`, also keeping each converted model in `health_models` (for backends that read them)."""
+
+        def convert_and_keep(module: nn.Module) -> nn.Module:
+            converted = convert(module)
+            self.health_models.append(converted)
+            return converted
+
+        return convert_and_keep
+
+    def health(self) -> Readings:
+        """Per FP8 tensor ('<layer>.<role>'), the readings of the step that just ended: any of 'amax',
+        'scale', 'saturated', 'underflowed' (fractions in [0, 1]) the backend exposes. Read at report
+        steps only (it may sync the device). Default: none.
+
+        >>> accelerator.precision.health()["fc1.input"]  # doctest: +SKIP
+        {'amax': 3.1, 'scale': 144.5, 'saturated': 0.0, 'underflowed': 0.002}
+        """
+        return {}
+
+    def count_health(self, on: bool) -> None:
+        """Count saturated and underflowed values during the coming step (`on`), or stop. Called
+        before a report step and after it. Default: the backend counts nothing."""
 
     def _record_conversion(self, report: ConversionReport) -> None:
         """Keep the report, log its summary once, and refuse a model with nothing to convert."""

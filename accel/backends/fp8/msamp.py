@@ -99,6 +99,10 @@ class MSAMPFP8(FP8Backend):
     scalings = ("delayed",)
     honoured_fields = frozenset({"optimization_level", "exclude_modules", "fp8_params", *FIXED_FIELDS})
     refusals = {
+        "health_interval": (
+            "MS-AMP exposes no per-layer FP8 statistics accel reads, and it is unmaintained upstream. Use "
+            "backend='native' (every reading) or 'te' / 'ao' (amax and scale) for FP8 health."
+        ),
         "fp8_params": (
             "MS-AMP stores weights in FP8 only at its O3 level, which runs through DeepSpeed ZeRO, not "
             "msamp.initialize (whose O1/O2 keep FP16 weights with a scale). Use backend='native' or 'te'."

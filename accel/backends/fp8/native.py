@@ -24,6 +24,7 @@ from torch import nn
 
 from accel.backends.base import Forward, WrappedOptimizer
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
+from accel.backends.fp8.health import Readings
 from accel.backends.fp8.native_model import (
     FP8TrainingForward,
     scalers_of,
@@ -49,11 +50,6 @@ from accel.backends.native_fp8.scaled_step import LevelStep
 from accel.kwargs_handlers import Handlers
 
 logger = logging.getLogger("accel")
-
-STATS_INTERVAL = 100
-"""The saturated/flushed counts of fp8_stats() are taken on the first optimizer step and on every
-STATS_INTERVAL-th after it: counting costs extra passes over every FP8 tensor (measured 15% of a
-step of the transformers Llama benchmark), amax and scale are kept at every step regardless."""
 
 NATIVE_FSDP_STORAGE = (
     "O1/O2 keep each converted weight in float16 with a scale and its gradient in FP8 outside param.grad, "
@@ -105,12 +101,13 @@ class NativeFP8(FP8Backend):
             amax_history_len=recipe.amax_history_len,
             amax_compute_algo=recipe.amax_compute_algo,
             scaling=self.scaling,
-            count_stats=True,
+            count_stats=False,
         )
         self.level = LEVELS[recipe.optimization_level]()
         self.scalers = ScalerGroup({})
         self.skipped_steps = 0
-        self._steps_ended = 0
+        self._counting = False
+        """Whether the FP8 casts count saturated and flushed values (FP8 health's report steps only)."""
         self.compact_parameters: dict[str, CompactParameter] = {}
         """Every parameter kept in O1/O2 storage, by qualified name."""
         self._compact_by_id: dict[int, CompactParameter] = {}
@@ -160,6 +157,7 @@ class NativeFP8(FP8Backend):
         for pattern in report.unmatched_patterns:
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **scalers_of(module)})
+        self.count_health(self._counting)
         if not self._sharded:
             self._make_compact(module)
         if self.recipe.fp8_params and self._sharded:  # FSDP2 gathers them in FP8, cast per shard after each step
@@ -265,11 +263,6 @@ class NativeFP8(FP8Backend):
         """Roll the amax histories; after a step that ran, the FP8 weights (fp8_params) are cast anew."""
         self.scalers.update()
         self.skipped_steps += not stepped
-        self._steps_ended += 1
-        count = self._steps_ended % STATS_INTERVAL == 0
-        if count or self._steps_ended % STATS_INTERVAL == 1:  # switched on for one step in STATS_INTERVAL
-            for scaler in self.scalers.scalers.values():
-                scaler.count_stats = count
         if stepped:
             for fp8_weight in self._fp8_weights:
                 fp8_weight.invalidate()
@@ -314,9 +307,40 @@ class NativeFP8(FP8Backend):
     def stats(self) -> dict[str, float]:
         return {**self.base.stats(), "skipped_steps": self.skipped_steps}
 
+    def count_health(self, on: bool) -> None:
+        """Switch the saturated/flushed counts of every scaler (extra passes over every FP8 tensor,
+        measured 15% of a step of the transformers Llama benchmark) on for the coming step, or off."""
+        self._counting = on
+        for scaler in self.scalers.scalers.values():
+            scaler.count_stats = on
+
+    def health(self) -> Readings:
+        """Per FP8 tensor: amax and scale of the last step, and under FP8 health's counting the
+        saturated share of the values cast and the flushed share of the nonzero ones (one device
+        sync for the whole model). O1/O2's FP8 gradients ('<layer>.weight_grad'): amax and scale."""
+        names, columns = [], []
+        for name, scaler in self.scalers.scalers.items():
+            counted = scaler.has_counts
+            names.append((name, counted))
+            columns += [scaler.last_amax, scaler.scale]
+            if counted:
+                columns += [scaler.last_saturated / max(scaler.last_values, 1),
+                            scaler.last_flushed / scaler.last_nonzero.clamp(min=1)]
+        for name, part in self.compact_parameters.items():
+            names.append((f"{name}_grad", False))
+            columns += [part.grad.last_amax, part.grad.last_scale_inv.reciprocal()]
+        if not columns:
+            return {}
+        flat = iter(torch.stack([c.float().to(columns[0].device).reshape(()) for c in columns]).tolist())
+        readings: Readings = {}
+        for name, counted in names:
+            keys = ("amax", "scale", "saturated", "underflowed") if counted else ("amax", "scale")
+            readings[name] = {key: next(flat) for key in keys}
+        return readings
+
     def fp8_stats(self) -> dict[str, dict[str, float]]:
         """Per tensor of every FP8 layer, its last step's amax and scale, and the over/underflow
-        counts of the last step that counted them (the first, then every STATS_INTERVAL-th).
+        counts of the last step that counted them (FP8 health's report steps, health_interval).
 
         Keys: ``"<layer>.input"``, ``".weight"``, ``".grad_output"`` for the GEMM operands;
         under O1/O2 also ``"<layer>.weight_grad"`` / ``".bias_grad"`` for the FP8 gradients.

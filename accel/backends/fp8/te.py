@@ -23,6 +23,8 @@ from accel.backends.capability import cuda_fp8_reason
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base import FP8Backend, register_fp8_backend
 from accel.backends.fp8.base_precision import FP8Forward
+from accel.backends.fp8.health import Readings
+from accel.backends.fp8.health_readers import te_readings
 from accel.backends.fp8.support import (
     check_fixed_fields,
     cuda_library_reason,
@@ -143,6 +145,16 @@ class TransformerEngineFP8(FP8Backend):
         self.layer_norm_report = norms
         logger.info(layer_norm_summary(norms))
         return module
+
+    health_gaps = (
+        "saturated and underflowed fractions (TransformerEngine counts neither); amax and scale under delayed "
+        "scaling only (current, block and MXFP8 scaling keep no amax history)."
+    )
+
+    def health(self) -> Readings:
+        """Per TE module, the amax (history window's largest) and scale of its input, weight and output
+        gradient, from TE's delayed-scaling state (health_readers.py)."""
+        return te_readings(self.health_models)
 
     def wrap_forward(self, forward: Forward) -> Forward:
         return TEForward(forward, self.base, self.autocast_factory, self.recipe.use_autocast_during_eval)

@@ -38,9 +38,7 @@ def _update_together(scalers: list[TensorScaler]) -> None:
         scaler.last_amax = scaler.step_amax
         scaler.step_amax = scaler._zero
         if scaler.count_stats:
-            scaler.last_saturated, scaler.last_flushed = scaler.step_saturated, scaler.step_flushed
-            scaler.step_saturated = scaler.step_flushed = scaler._zero_count
-            scaler.has_counts = True
+            scaler.publish_counts()
 
 
 class ScalerGroup:

@@ -155,9 +155,12 @@ class TensorScaler:
         self._one = torch.ones((), dtype=torch.float32, device=device)
         self._zero_count = torch.zeros((), dtype=torch.int64, device=device)
         self.step_amax = self._zero
-        self.step_saturated = self.step_flushed = self._zero_count
+        self.step_saturated = self.step_flushed = self.step_nonzero = self._zero_count
         self.last_amax = self.step_amax
-        self.last_saturated = self.last_flushed = self._zero_count
+        self.last_saturated = self.last_flushed = self.last_nonzero = self._zero_count
+        # Values cast while counting (a Python int: numel needs no device sync) and the nonzero ones
+        # among them: the denominators of the saturated and flushed fractions (backends/fp8/health.py).
+        self.step_values = self.last_values = 0
 
     def __repr__(self) -> str:
         return (
@@ -269,10 +272,13 @@ class TensorScaler:
         """
         # Bytes 0-127 are the magnitudes with sign 0, 128-255 the same with sign 1.
         by_magnitude = torch.bincount(q.view(torch.uint8).reshape(-1), minlength=256).view(2, 128).sum(0)
-        flushed = torch.count_nonzero(x) - (q.numel() - by_magnitude[0])
+        nonzero = torch.count_nonzero(x)
+        flushed = nonzero - (q.numel() - by_magnitude[0])
         saturated = torch.where(scaled_amax > self.fp8_max, by_magnitude[self._max_magnitude], 0)
         self.step_saturated = self.step_saturated + saturated
         self.step_flushed = self.step_flushed + flushed
+        self.step_nonzero = self.step_nonzero + nonzero
+        self.step_values += x.numel()
 
     def update(self) -> None:
         """End a step: roll the step's amax into the history and derive the next scale.
@@ -291,9 +297,15 @@ class TensorScaler:
         self.last_amax = amax
         self.step_amax = self._zero
         if self.count_stats:
-            self.last_saturated, self.last_flushed = self.step_saturated, self.step_flushed
-            self.step_saturated = self.step_flushed = self._zero_count
-            self.has_counts = True
+            self.publish_counts()
+
+    def publish_counts(self) -> None:
+        """End a counting step: its counts become the ``last_*`` ones and the step's start from zero."""
+        self.last_saturated, self.last_flushed = self.step_saturated, self.step_flushed
+        self.last_nonzero, self.last_values = self.step_nonzero, self.step_values
+        self.step_saturated = self.step_flushed = self.step_nonzero = self._zero_count
+        self.step_values = 0
+        self.has_counts = True
 
     def _history_amax(self) -> torch.Tensor:
         if self.amax_compute_algo == "max":
@@ -308,7 +320,7 @@ class TensorScaler:
         """The last finished step's amax, the current scale, and the saturated/flushed counts of
         the last finished step that counted them (once one has)."""
         stats = {"amax": self.last_amax, "scale": self.scale}
-        if self.count_stats or self.has_counts:
+        if self.has_counts:
             stats["saturated"] = self.last_saturated
             stats["flushed"] = self.last_flushed
         return stats
@@ -351,6 +363,6 @@ class TensorScaler:
             self._init_state(self.amax_history_len, device)
             return self
         for key in (*STATE_KEYS, "_numerator", "_zero", "_one", "_zero_count", "step_saturated",
-                    "step_flushed", "last_amax", "last_saturated", "last_flushed"):
+                    "step_flushed", "step_nonzero", "last_amax", "last_saturated", "last_flushed", "last_nonzero"):
             setattr(self, key, getattr(self, key).to(device))
         return self
