@@ -42,7 +42,6 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     wizard.answer("fsdp_activation_checkpointing", "y")
     wizard.answer("fsdp_cpu_ram_efficient_loading", "y")
     wizard.answer("fsdp_state_dict_type", DOWN + ENTER)
-    wizard.answer("Lay the 2 processes out as a device mesh", ENTER)
     wizard.child.expect("Quantize the Linear weights with bitsandbytes")
     wizard.answer("int8 .*FSDP shards the 4-bit modes only", ENTER)  # shown, not choosable; the answer: no
     wizard.answer("Gradient accumulation", ENTER)

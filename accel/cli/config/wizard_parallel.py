@@ -22,14 +22,18 @@ _KEY = {setting.keyword: setting for setting in PARALLELISM_SETTINGS_BY_KEY.valu
 def ask_parallelism(current: Mapping[str, Any], processes: int, answers: Mapping[str, Any]) -> Answers:
     """The mesh sizes for `processes` processes ({} where there is nothing to choose, or the user declines)."""
     fsdp = bool(answers.get(USE_FSDP.name))
+    # without FSDP the processes outside tensor parallelism would replicate it with DDP, which torch cannot run
+    # over split weights: there, tp_size is all processes or none; with FSDP, FSDP2 needs more than one process
+    # left to shard over
+    allowed = [n for n in range(1, processes + 1)
+               if processes % n == 0 and (n in (1, processes) if not fsdp else processes // n > 1)]
+    if allowed == [1] and not (fsdp and _replica_counts(processes)):
+        return {}  # no tensor parallelism and no replicas to choose: nothing to lay out
     given = any(current.get(setting.name) not in (None, 1) for setting in _KEY.values())
     if not ask_yes_no(f"Lay the {processes} processes out as a device mesh (tensor parallelism, or HSDP: replicas "
                       "of the sharded model)?", given):
         return {}
     setting = _KEY["tp_size"]
-    # without FSDP the processes outside tensor parallelism would replicate it with DDP, which torch cannot run
-    # over split weights: there, tp_size is all processes or none
-    allowed = [n for n in range(1, processes + 1) if processes % n == 0 and (fsdp or n in (1, processes))]
     tp = ask_text(setting, f"Tensor-parallel size (processes that split each layer; one of {', '.join(map(str, allowed))};"
                   " 1: none)?", current.get(setting.name) if current.get(setting.name) in allowed else 1,
                   check=lambda n: None if n in allowed else f"give one of {', '.join(map(str, allowed))}")
