@@ -152,7 +152,7 @@ class TorchAOFP8(FP8Backend):
         module = self.convert_base(module)
         report = plan_conversion(
             module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_float8_linear,
-            conv1d_refusal=AO_CONV1D_REASON,
+            conv1d_refusal=AO_CONV1D_REASON, small_layers=self.small_layers,
         )
         self._record_conversion(report)
         modules = dict(module.named_modules())

@@ -28,6 +28,7 @@ from accel.backends.conversion import (
     plan_conversion,
     replace_layers,
 )
+from accel.backends.fp8.small_layers import SmallLayerRule
 from accel.backends.fp8.te_params import MasterWeights
 
 NOT_AFFINE = "without affine weight or bias"
@@ -80,7 +81,8 @@ TE_CONV1D_REASON = (
 
 
 def plan_linears(
-    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed"
+    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed",
+    small_layers: SmallLayerRule | None = None,
 ) -> ConversionReport:
     """accel's decision for every nn.Linear of `model` (a te.Linear counts as already converted).
 
@@ -91,7 +93,7 @@ def plan_linears(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear),
         alignment=MXFP8_ALIGNMENT if mxfp8 else 16,
         alignment_reason="TransformerEngine's MXFP8 scales blocks of 32 values" if mxfp8 else "",
-        conv1d_refusal=TE_CONV1D_REASON,
+        conv1d_refusal=TE_CONV1D_REASON, small_layers=small_layers,
     )
 
 
