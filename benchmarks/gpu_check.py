@@ -24,6 +24,7 @@ One command fills docs/fp8.md's GPU table. It
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import platform
@@ -62,6 +63,12 @@ class Recipe:
         return self.fields.get("backend")
 
 
+SHAPES = {
+    "llama3-8b": LlamaShape(),
+    "small": LlamaShape(dim=256, n_heads=4, n_kv_heads=2, ffn_dim=688),
+    "tiny": LlamaShape.tiny(),
+}
+"""--shape: the model's widths (--n_layers and --seq_len set the rest)."""
 REFERENCE = Recipe("bf16")
 RECIPES: tuple[Recipe, ...] = (
     REFERENCE,
@@ -118,7 +125,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps per row")
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--seq_len", type=int, default=2048)
-    parser.add_argument("--n_layers", type=int, default=2, help="Llama-3-8B-wide blocks")
+    parser.add_argument("--n_layers", type=int, default=2, help="blocks")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b",
+                        help="the blocks' widths: llama3-8b (dim 4096, MLP 14336), small (256, 688; for a CPU), tiny")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no_compile", action="store_true", help="eager rows only")
@@ -136,6 +145,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--steps={args.steps}: must be at least 2")
     if args.cpu_smoke:
         args.device, args.steps, args.batch_size, args.seq_len, args.no_compile = "cpu", 3, 2, 16, True
+        args.shape, args.n_layers = "tiny", 1
     return args
 
 
@@ -201,7 +211,7 @@ def train(recipe: Recipe, compiled: bool, args: argparse.Namespace, batches: Seq
     accelerator = Accelerator(mixed_precision="fp8" if recipe.backend else "bf16", cpu=device.type == "cpu",
                               kwarg_handlers=handlers, dynamo_backend="inductor" if compiled else None)
     torch.manual_seed(args.seed)
-    shape = LlamaShape.tiny() if args.cpu_smoke else LlamaShape(n_layers=args.n_layers, max_seq=args.seq_len)
+    shape = dataclasses.replace(SHAPES[args.shape], n_layers=args.n_layers, max_seq=args.seq_len)
     model = Llama(shape)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -245,7 +255,7 @@ def run_recipe(recipe: Recipe, args: argparse.Namespace, batches: Sequence[torch
             row.verdict = "FAILED"
             row.detail = ("compiled: " if compiled else "") + _brief(error)
             return row
-        speed = tokens / statistics.median(run.times[min(10, len(run.times) - 1):])
+        speed = tokens / statistics.median(run.times[max(1, min(10, len(run.times) // 4)):])  # warm-up left out
         if compiled:
             row.tokens_s_compiled = speed
             continue

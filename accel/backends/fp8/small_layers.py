@@ -75,7 +75,7 @@ def small_layer_rule(small_layer_dim: int | None, scaling: str, device: torch.de
     Example: small_layer_rule(None, "rowwise", torch.device("cuda")).limit == 2048.
     """
     if small_layer_dim is not None:
-        return SmallLayerRule(small_layer_dim, "set in FP8RecipeKwargs(small_layer_dim=...)")
+        return SmallLayerRule(small_layer_dim, "as set by small_layer_dim")
     if device.type != "cuda":
         return SmallLayerRule(
             0, f"the default on {device.type}: FP8 products are emulated there and no layer gains speed; "
