@@ -270,7 +270,7 @@ def _recipe_kind(field: str, annotation: Any) -> Kind:
     """The kind of an FP8RecipeKwargs field, from its type annotation."""
     if annotation is bool:
         return BoolKind()
-    if annotation is int:
+    if annotation in (int, int | None):
         return IntKind()
     if annotation == tuple[str, ...]:
         return PatternsKind()

@@ -14,10 +14,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from accel.backends.fp8.small_layers import SmallLayerRule
 
 FP8_ALIGNMENT: int = 16
 LINEAR = "Linear"
@@ -33,7 +36,8 @@ EXTRA_STATE = "with extra parameters"
 ROOT = "root module"
 NOT_CALLED = "inside MultiheadAttention"
 CONV1D_REFUSED = "Conv1D (converted by backend='native' only)"
-_SKIP_ORDER: tuple[str, ...] = (CONV1D_REFUSED, NOT_ALIGNED, EXCLUDED, ALREADY, EXTRA_STATE, NOT_CALLED, ROOT)
+SMALL = "small"
+_SKIP_ORDER: tuple[str, ...] = (CONV1D_REFUSED, NOT_ALIGNED, SMALL, EXCLUDED, ALREADY, EXTRA_STATE, NOT_CALLED, ROOT)
 
 CONV1D_REASON = (
     "transformers' Conv1D (a Linear with its weight stored transposed, as in GPT-2) is not converted: "
@@ -111,6 +115,13 @@ class ConversionReport(LayerDecisions):
     others: tuple[HeldWeight, ...] = ()
     sharding: str = ""
     """How the FP8 layers run under FSDP2 (what is all-gathered, what is refused), or "" without FSDP."""
+    small_layers: SmallLayerRule | None = None
+    """The small-layer filter the backend applied (accel.backends.fp8.small_layers), or None."""
+
+    @property
+    def skipped_small(self) -> int:
+        """Layers the small-layer filter kept out of FP8."""
+        return sum(d.category == SMALL for d in self.layers)
 
     @property
     def num_fp8(self) -> int:
@@ -142,11 +153,17 @@ class ConversionReport(LayerDecisions):
             line += f"; exclude patterns that matched no module: {names}"
         if self.sharding:
             line += f"; under FSDP2: {self.sharding}"
+        if self.small_layers is not None and self.small_layers.limit:
+            line += f"; {self.small_layers.describe()}"
         return line
 
     def details(self) -> str:
-        """The summary, then one line per linear layer and one per other module holding a weight matrix."""
-        return "\n".join([self.summary(), *(f"  {d.line()}" for d in self.layers), *(f"  {h.line()}" for h in self.others)])
+        """The summary (and the small-layer filter where off), then one line per linear layer and
+        one per other module holding a weight matrix."""
+        off = [f"  {self.small_layers.describe()}"] if self.small_layers is not None and not self.small_layers.limit else []
+        return "\n".join(
+            [self.summary(), *off, *(f"  {d.line()}" for d in self.layers), *(f"  {h.line()}" for h in self.others)]
+        )
 
     def __str__(self) -> str:
         return self.details()
@@ -160,6 +177,7 @@ def plan_conversion(
     alignment: int = FP8_ALIGNMENT,
     alignment_reason: str = "",
     conv1d_refusal: str | None = CONV1D_REASON,
+    small_layers: SmallLayerRule | None = None,
 ) -> ConversionReport:
     """Decide, for every linear layer of ``model``, whether it can run in FP8 (changes nothing).
 
@@ -169,12 +187,13 @@ def plan_conversion(
     ``alignment_reason`` in the report), whose qualified name matches no
     ``exclude_modules`` pattern (fnmatch), that is not already converted
     (``is_converted``), is not ``model`` itself, is not the out_proj of an
-    nn.MultiheadAttention (which never calls it), and has no parameters, buffers or
+    nn.MultiheadAttention (which never calls it), that ``small_layers`` (the FP8 backends'
+    small-layer filter) does not find too small, and has no parameters, buffers or
     submodules beyond weight and bias. Every backend uses this rule, so a model converts
     the same way on each. The report also lists every other module holding a weight matrix.
     """
     _check_convert_args(model, exclude_modules)
-    rule = _Rule(alignment, alignment_reason, conv1d_refusal)
+    rule = _Rule(alignment, alignment_reason, conv1d_refusal, small_layers)
     decisions: list[LayerDecision] = []
     matched: set[str] = set()
     modules = dict(model.named_modules())
@@ -188,7 +207,8 @@ def plan_conversion(
         decisions.append(_decide(name, module, patterns, parent, converted, rule))
     unmatched = tuple(p for p in exclude_modules if p not in matched)
     layer_names = {d.name for d in decisions}
-    return ConversionReport(tuple(decisions), unmatched, held_weights(modules, layer_names, conv1d_refusal is None))
+    others = held_weights(modules, layer_names, conv1d_refusal is None)
+    return ConversionReport(tuple(decisions), unmatched, others, small_layers=small_layers)
 
 
 def is_conv1d(module: nn.Module) -> bool:
@@ -281,6 +301,7 @@ class _Rule:
     alignment: int = FP8_ALIGNMENT
     alignment_reason: str = ""
     conv1d_refusal: str | None = CONV1D_REASON
+    small_layers: SmallLayerRule | None = None
 
 
 def _decide(
@@ -324,6 +345,9 @@ def _decide(
             f"{type(layer).__name__} has {', '.join(extra)} beyond weight and bias, "
             "which the FP8 layer would drop",
         )
+    small = rule.small_layers.reason(int(in_features), int(out_features)) if rule.small_layers is not None else ""
+    if small:
+        return decision(SMALL, small)
     base = _conv1d_class(layer) if conv1d else nn.Linear
     if type(layer).forward is not base.forward:  # type: ignore[union-attr]  # conv1d: is_conv1d found the class
         return decision(CONVERTED, f"{type(layer).__name__}.forward is replaced by the FP8 GEMM")

@@ -57,6 +57,10 @@ class FP8RecipeKwargs(KwargsHandler):
     """Run FP8 in eval mode too (by default evaluation runs in high precision)."""
     exclude_modules: tuple[str, ...] = ()
     """fnmatch patterns of qualified module names kept in high precision."""
+    small_layer_dim: int | None = None
+    """Linear layers whose in_features or out_features is at most this stay in the base precision (too
+    small to gain from FP8); 0 converts every eligible layer. None: 1024 (2048 for rowwise) where the
+    FP8 products run on a GPU, 0 on the CPU (accel.backends.fp8.small_layers)."""
     base_precision: str = "bf16"
     """What runs outside the FP8 GEMMs: bf16 (mixed, as Accelerate and NeMo), fp16 (mixed, with a loss
     scaler), fp32, or bf16-true / 16-true (16-bit weights, as Lightning's transformer-engine)."""
@@ -89,6 +93,8 @@ class FP8RecipeKwargs(KwargsHandler):
         )
         check_bool("FP8RecipeKwargs.use_autocast_during_eval", self.use_autocast_during_eval)
         self._normalise("exclude_modules", _check_patterns(self.exclude_modules))
+        if self.small_layer_dim is not None:
+            check_int("FP8RecipeKwargs.small_layer_dim", self.small_layer_dim, minimum=0)
         self._normalise(
             "base_precision", check_choice("FP8RecipeKwargs.base_precision", self.base_precision, BASE_PRECISIONS)
         )

@@ -30,7 +30,7 @@ SAMPLE_VALUES = {
     "fp8_amax_history_len": 16, "fp8_amax_compute_algo": "most_recent", "fp8_scaling": "current",
     "fp8_backward_override": "dequantized",
     "fp8_optimization_level": "O2", "fp8_use_autocast_during_eval": True, "fp8_exclude_modules": ("lm_head", "a.*"),
-    "fp8_base_precision": "fp16", "fp8_params": True, "fp8_health_interval": 50,
+    "fp8_small_layer_dim": 512, "fp8_base_precision": "fp16", "fp8_params": True, "fp8_health_interval": 50,
     "dynamo_backend": "inductor", "dynamo_mode": "max-autotune", "dynamo_use_fullgraph": True, "dynamo_use_dynamic": False,
     "dynamo_use_regional_compilation": True,
     "use_fsdp": True, "fsdp_version": 2, "fsdp_auto_wrap_policy": "transformer_based_wrap",

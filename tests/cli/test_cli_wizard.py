@@ -90,6 +90,7 @@ def test_fp8_answers_reach_the_script(clean_env: dict[str, str], tmp_path: Path)
     wizard.pick("optimization_level", choices_of("optimization_level"), "O2")
     wizard.answer("use_autocast_during_eval", "y")
     wizard.answer("exclude_modules", "lm_head, blocks.*" + ENTER)
+    wizard.text("small_layer_dim", "2048")
     wizard.answer("fp8_params", "y")
     wizard.text("health_interval", "100")
     wizard.text("Gradient accumulation", "4")
@@ -99,7 +100,8 @@ def test_fp8_answers_reach_the_script(clean_env: dict[str, str], tmp_path: Path)
     answered_recipe = {"backend": "native", "scaling": "delayed", "base_precision": "fp16", "fp8_format": "E4M3",
                        "margin": 1, "amax_history_len": 16, "amax_compute_algo": "most_recent",
                        "optimization_level": "O2", "use_autocast_during_eval": True,
-                       "exclude_modules": ["lm_head", "blocks.*"], "fp8_params": True, "health_interval": 100}
+                       "exclude_modules": ["lm_head", "blocks.*"], "small_layer_dim": 2048, "fp8_params": True,
+                       "health_interval": 100}
     written = yaml.safe_load(config.read_text())
     assert written == {"mixed_precision": "fp8", "num_processes": 1, "num_machines": 1, "use_cpu": True,
                        "gradient_accumulation_steps": 4, "fp8_config": answered_recipe}
@@ -130,6 +132,7 @@ def test_the_wizard_offers_only_what_the_backend_runs(clean_env: dict[str, str],
     wizard.answer("HYBRID \\(cannot run on the 'ao' FP8 backend: it always runs fp8_format='E4M3'", ENTER)  # E4M3
     wizard.answer("use_autocast_during_eval", ENTER)
     wizard.answer("exclude_modules", ENTER)
+    wizard.answer("small_layer_dim", ENTER)  # nothing typed: the default (None) stays, and is not written
     wizard.answer("health_interval", ENTER)
     wizard.answer("Gradient accumulation", ENTER)
     wizard.answer("Compile the model", ENTER)

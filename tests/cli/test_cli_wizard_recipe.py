@@ -26,14 +26,14 @@ def test_native_offers_its_scalings_and_every_field() -> None:
     assert offered("native", "scaling") == ["delayed", "current"]
     assert asked("native") == ["scaling", "base_precision", "fp8_format", "margin", "amax_history_len",
                                "amax_compute_algo", "optimization_level", "use_autocast_during_eval",
-                               "exclude_modules", "fp8_params", "health_interval"]
+                               "exclude_modules", "small_layer_dim", "fp8_params", "health_interval"]
 
 
 def test_ao_offers_current_scalings_and_only_the_fields_it_honours() -> None:
     pytest.importorskip("torchao")
     assert offered("ao", "scaling") == ["current", "rowwise", "rowwise_with_gw_hp", "mxfp8"]  # mxfp8 emulated here
     assert asked("ao") == ["scaling", "base_precision", "fp8_format", "use_autocast_during_eval", "exclude_modules",
-                           "health_interval"]
+                           "small_layer_dim", "health_interval"]
     assert offered("ao", "fp8_format", scaling="rowwise") == ["E4M3"]  # torchao's rowwise recipe is E4M3 only
 
 

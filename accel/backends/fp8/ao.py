@@ -177,7 +177,7 @@ class TorchAOFP8(FP8Backend):
             module, exclude_modules=self.recipe.exclude_modules,
             is_converted=lambda m: _is_float8_linear(m) or is_mxfp8_linear(m), conv1d_refusal=AO_CONV1D_REASON,
             alignment=MXFP8_BLOCK if self.mxfp8 else FP8_ALIGNMENT,
-            alignment_reason=MXFP8_ALIGNMENT_REASON if self.mxfp8 else "",
+            alignment_reason=MXFP8_ALIGNMENT_REASON if self.mxfp8 else "", small_layers=self.small_layers,
         )
         self._record_conversion(report)
         modules = dict(module.named_modules())

@@ -21,11 +21,14 @@ from accel.backends.base import PrecisionBackend
 from accel.backends.conversion import ConversionReport
 from accel.backends.fp8.base_precision import create_base, loss_scaler_of
 from accel.backends.fp8.health import HealthMonitor, HealthSink, Readings
+from accel.backends.fp8.small_layers import small_layer_rule
 from accel.backends.masters import UpcastParameter
 from accel.kwargs_handlers import AutocastKwargs, FP8RecipeKwargs, GradScalerKwargs, Handlers, KwargsHandler
 
 logger = logging.getLogger("accel")
 
+EVERY_BACKEND_HONOURS = frozenset({"backend", "scaling", "base_precision", "small_layer_dim", "health_interval"})
+"""Recipe fields that every FP8 backend honours (the small-layer filter is applied by plan_conversion)."""
 FSDP_BASE_NAMES = {"fp32": "no"}
 """FP8RecipeKwargs.base_precision -> the precision name accel.fsdp.precision knows it by (others are the same)."""
 
@@ -41,8 +44,7 @@ class FP8Backend(PrecisionBackend):
     scalings: ClassVar[tuple[str, ...]] = ()
     """The `scaling` values this backend runs; the first is its default."""
     honoured_fields: ClassVar[frozenset[str]] = frozenset()
-    """Recipe fields this backend honours when the user sets them (besides backend, scaling and
-    base_precision, which every backend honours)."""
+    """Recipe fields this backend honours when the user sets them (besides EVERY_BACKEND_HONOURS)."""
     refusals: ClassVar[dict[str, str]] = {}
     """Why this backend cannot honour a field, for fields whose refusal needs its reason (field -> reason)."""
     health_gaps: ClassVar[str] = ""
@@ -53,6 +55,8 @@ class FP8Backend(PrecisionBackend):
         self.recipe = handlers.get(FP8RecipeKwargs)
         self.scaling = self.recipe.scaling or self.scalings[0]
         self._check_recipe()
+        self.small_layers = small_layer_rule(self.recipe.small_layer_dim, self.scaling, device)
+        """The small-layer filter every backend passes to plan_conversion (small_layers.py)."""
         self.base = create_base(self.recipe.base_precision, device, handlers)
         """The precision of everything outside the FP8 GEMMs (base_precision.py)."""
         self.loss_scaler = loss_scaler_of(self.base)
@@ -138,8 +142,7 @@ class FP8Backend(PrecisionBackend):
                     f"FP8RecipeKwargs({field}={getattr(self.recipe, field)!r}) cannot run on the {self.library!r} FP8 "
                     f"backend: {reason}"
                 )
-        always = {"backend", "scaling", "base_precision", "health_interval"}  # every backend honours these
-        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - always)
+        unhonoured = sorted(self.recipe.explicit_fields - self.honoured_fields - EVERY_BACKEND_HONOURS)
         if unhonoured:
             raise ValueError(
                 f"FP8RecipeKwargs sets {', '.join(unhonoured)}, which the {self.library!r} FP8 backend cannot honour "
@@ -245,9 +248,10 @@ class FP8Backend(PrecisionBackend):
     def _record_conversion(self, report: ConversionReport) -> None:
         """Keep the report, log its summary once, and refuse a model with nothing to convert."""
         if not report.num_fp8:
+            small = " (all eligible layers are too small to gain: set FP8RecipeKwargs(small_layer_dim=0) to convert them)"
             raise ValueError(
                 "mixed_precision='fp8' found no linear layer (nn.Linear, or transformers' Conv1D on backend='native') "
-                "it can run in FP8, so nothing would run in FP8.\n"
+                f"it can run in FP8, so nothing would run in FP8{small if report.skipped_small else ''}.\n"
                 + report.details()
             )
         if self.fsdp_mode:

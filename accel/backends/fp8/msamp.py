@@ -167,7 +167,7 @@ class MSAMPFP8(FP8Backend):
         module = self.convert_base(module)
         report = plan_conversion(
             module, exclude_modules=self.recipe.exclude_modules, is_converted=_is_fp8_linear,
-            conv1d_refusal=MSAMP_CONV1D_REASON,
+            conv1d_refusal=MSAMP_CONV1D_REASON, small_layers=self.small_layers,
         )
         self._record_conversion(report)
         self._pairing.model = module

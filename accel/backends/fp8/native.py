@@ -149,7 +149,8 @@ class NativeFP8(FP8Backend):
     def convert_module(self, module: nn.Module) -> nn.Module:
         module = self.convert_base(module)
         report = convert_linears(
-            module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer, make_conv1d=self._make_conv1d
+            module, exclude_modules=self.recipe.exclude_modules, make_layer=self._make_layer, make_conv1d=self._make_conv1d,
+            small_layers=self.small_layers,
         )
         self._record_conversion(report)
         if self.device.type == "cpu":

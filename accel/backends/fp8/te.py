@@ -138,7 +138,7 @@ class TransformerEngineFP8(FP8Backend):
     def convert_module(self, module: nn.Module) -> nn.Module:
         module = self.convert_base(module)
         exclude = self.recipe.exclude_modules
-        report = plan_linears(module, self.te, exclude, self.scaling)
+        report = plan_linears(module, self.te, exclude, self.scaling, self.small_layers)
         self._record_conversion(report)  # raises, leaving the model as it was, when no Linear can run in FP8
         convert_linears(module, self.te, report, self._params, self.master_weights, self.device)
         norms = convert_layer_norms(module, self.te, exclude, self._params, self.device)

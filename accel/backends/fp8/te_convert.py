@@ -28,6 +28,7 @@ from accel.backends.conversion import (
     plan_conversion,
     replace_layers,
 )
+from accel.backends.fp8.small_layers import SmallLayerRule
 from accel.backends.fp8.te_params import MasterWeights
 
 NOT_AFFINE = "without affine weight or bias"
@@ -86,7 +87,8 @@ TE_CONV1D_REASON = (
 
 
 def plan_linears(
-    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed"
+    model: nn.Module, te: ModuleType, exclude_modules: tuple[str, ...], scaling: str = "delayed",
+    small_layers: SmallLayerRule | None = None,
 ) -> ConversionReport:
     """accel's decision for every nn.Linear of `model` (a te.Linear counts as already converted).
 
@@ -96,7 +98,7 @@ def plan_linears(
     return plan_conversion(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, te.Linear),
         alignment=alignment, alignment_reason=reason,
-        conv1d_refusal=TE_CONV1D_REASON,
+        conv1d_refusal=TE_CONV1D_REASON, small_layers=small_layers,
     )
 
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from accel.backends.conversion import ConversionReport, LayerDecision, is_conv1d, plan_conversion, replace_layers
+from accel.backends.fp8.small_layers import SmallLayerRule
 from accel.backends.native_fp8.linear import Float8Linear
 from accel.backends.native_fp8.scaler_group import ScalerGroup
 
@@ -25,11 +26,13 @@ def convert_linears(
     exclude_modules: tuple[str, ...] = (),
     make_layer: Callable[[nn.Linear], nn.Module],
     make_conv1d: Callable[[nn.Module], nn.Module] | None = None,
+    small_layers: SmallLayerRule | None = None,
 ) -> ConversionReport:
     """Replace, in place, each eligible nn.Linear of ``model`` by ``make_layer(linear)``, and
     each eligible transformers Conv1D by ``make_conv1d(conv1d)`` (without it, Conv1Ds are skipped).
 
-    Eligibility is accel's one rule (accel.backends.conversion.plan_conversion); a
+    Eligibility is accel's one rule (accel.backends.conversion.plan_conversion, with the FP8
+    backend's ``small_layers`` filter, none by default); a
     Float8Linear (Float8Conv1D too) counts as already converted. Never stops at a skipped
     layer; returns the report of every linear layer and of the other weight matrices.
     """
@@ -39,7 +42,7 @@ def convert_linears(
     refusal = None if make_conv1d is not None else "convert_linears(make_conv1d=None) converts nn.Linear only"
     report = plan_conversion(
         model, exclude_modules=exclude_modules, is_converted=lambda m: isinstance(m, Float8Linear),
-        conv1d_refusal=refusal,
+        conv1d_refusal=refusal, small_layers=small_layers,
     )
     # The layers the report converts are nn.Linear, or Conv1D when make_conv1d is given.
     replace_layers(

@@ -35,6 +35,8 @@ def ask_text(setting: Setting, question: str, default: Any, check: Check | None 
     import questionary
 
     def validate(text: str) -> bool | str:
+        if default is None and not text.strip():  # nothing typed: the setting keeps its default, None
+            return True
         try:
             value = setting.parse(text, setting.yaml_path)
         except ValueError as error:
@@ -44,7 +46,7 @@ def ask_text(setting: Setting, question: str, default: Any, check: Check | None 
 
     shown = "" if default is None else setting.format(default)
     answer = questionary.text(question, default=shown, validate=validate).unsafe_ask()
-    return setting.parse(answer, setting.yaml_path)
+    return None if default is None and not answer.strip() else setting.parse(answer, setting.yaml_path)
 
 
 def ask_yes_no(question: str, default: bool) -> bool:

@@ -107,7 +107,7 @@ def _other_values(setting: Setting) -> list[Any]:
     if isinstance(kind, BoolKind):
         return [not default]
     if isinstance(kind, IntKind):
-        return [default + 1]
+        return [1 if default is None else default + 1]
     if isinstance(kind, PatternsKind):
         return [("*",)]
     return [choice for choice in kind.choices if choice != default]

@@ -305,7 +305,7 @@ def test_ms_amps_layers_go_to_the_training_device(fake_msamp: Any, fp8_gpu: Any,
             fake_msamp.current_device = previous
 
     monkeypatch.setattr(torch.cuda, "device", current)
-    recipe = FP8RecipeKwargs(backend="msamp", base_precision="fp32", use_autocast_during_eval=True)
+    recipe = FP8RecipeKwargs(backend="msamp", base_precision="fp32", use_autocast_during_eval=True, small_layer_dim=0)
     with pytest.warns(UserWarning, match="CUDA is not available"):  # torch's GradScaler on this CPU-only torch
         backend = MSAMPFP8(torch.device("cuda", 1), Handlers({FP8RecipeKwargs: recipe}))
     model = backend.convert_module(make_model())
