@@ -125,6 +125,7 @@ def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse
     """Every (case, mode) in turn, with a progress bar over all their steps."""
     from dataclasses import replace
 
+    from accel.bench.flops import flops_per_token
     from accel.bench.run import load_compiler, run_case
 
     # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
@@ -135,16 +136,25 @@ def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse
     say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes ({kind}), {args.steps} steps each; "
         f"{guess} (from one fp32 step here)" + ("" if args.quick else "; --quick gives a first look in under a minute"))
     load_compiler()
+    flops = flops_per_token(work)
     bar = _progress_bar(len(cases) * len(modes) * args.steps, args.no_progress)
     rows = []
     for mode in modes:
         for case in cases:
             bar.set_description(f"{case.name} {mode}")
             done_before = bar.n
-            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1)))
+            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1), flops))
+            if rows[-1].tokens_per_s is not None:
+                bar.set_postfix_str(_throughput_text(rows[-1]))
             bar.update(args.steps - (bar.n - done_before))  # a skipped or failed case moves the bar on
     bar.close()
     return rows
+
+
+def _throughput_text(row: Any) -> str:
+    """The last row's speed for the progress bar: tokens/s and MFU."""
+    mfu = "" if row.mfu is None else f", MFU {row.mfu:.1%}"
+    return f"{row.case} {row.mode}: {row.tokens_per_s:,.0f} tokens/s{mfu}"
 
 
 def _report(rows: list[Any], workload: str, args: argparse.Namespace) -> int:
@@ -192,6 +202,10 @@ class _Silent:
 
     def update(self, count: int) -> None:
         self.n += count
+
+    def set_postfix_str(self, text: str) -> None:
+        if self._announce:
+            say(COMMAND, text)
 
     def close(self) -> None:
         pass

@@ -11,9 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
 
+from accel.bench.flops import flops_per_token, mfu
+from accel.bench.workload import Workload
 from accel.cli.bench import COMPILE_GUESS_S, QUICK_STEPS, estimate
 from accel.cli.main import main
+from accel.monitoring.peaks import measured_cpu_peak
 
 ROOT = Path(__file__).parents[2]
 
@@ -41,6 +47,21 @@ def test_quick_runs_the_example_gpt_eager_only_and_marks_its_recommendation(tmp_
         ("fp32", "eager", "ran"), ("bf16", "eager", "ran"), ("bf16-true", "eager", "ran"),
     ]
     assert all(len(row["losses"].split()) == QUICK_STEPS for row in rows)
+    # MFU: the example GPT's FLOPs per token, counted once, over this CPU's measured fp32 matmul rate
+    assert all(0 < float(row["mfu"]) < 2 for row in rows)
+    assert " MFU " in done.stdout.splitlines()[2]
+
+
+def test_the_bench_counts_the_flops_of_one_training_step_per_token() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(16, 8)
+    batches = [(torch.randn(4, 16), torch.randint(8, (4,)))]
+    work = Workload("linear", model, batches, lambda out, target: F.cross_entropy(out, target), tokens_per_step=4)
+    # forward 2 and weight gradient 2 per weight and sample (the input needs no gradient)
+    assert flops_per_token(work) == 4 * 16 * 8
+    assert mfu(4 * 16 * 8, 1000.0, torch.device("cpu"), torch.float32) == pytest.approx(
+        4 * 16 * 8 * 1000.0 / measured_cpu_peak()
+    )
 
 
 def test_a_full_run_says_up_front_how_long_it_will_take(
