@@ -1,6 +1,7 @@
 """Throughput and loss-spike detection on 2 processes, run by test_monitoring.py under `accel launch`.
 
-Arguments: the spike action ("log", "checkpoint" or "stop") and the project folder. Only rank 1's loss
+Arguments: the spike action ("log", "checkpoint", "stop", or "settings": no handler, the launcher's settings
+decide) and the project folder. Only rank 1's loss
 spikes (x200 at step SPIKE_STEP); the detector judges the loss averaged over the processes, so both
 ranks must find the spike at the same step and act together. Each rank reports what it saw.
 """
@@ -20,10 +21,11 @@ SPIKE_STEP, STEPS, BATCH = 40, 50, 16
 
 def main() -> None:
     action, project = sys.argv[1], sys.argv[2]
-    accelerator = Accelerator(
-        project_dir=project,
-        kwarg_handlers=[SpikeDetectionKwargs(action=action), ThroughputKwargs(log_every=5, peak_flops=1e9)],
-    )
+    # "settings": the monitors come from `accel launch --spike_detection ... --log_throughput true` alone
+    handlers: list = []
+    if action != "settings":
+        handlers = [SpikeDetectionKwargs(action=action), ThroughputKwargs(log_every=5, peak_flops=1e9)]
+    accelerator = Accelerator(project_dir=project, kwarg_handlers=handlers)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.05))

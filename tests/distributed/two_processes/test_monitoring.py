@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,13 @@ def test_throughput_counts_every_data_parallel_process(tmp_path: Path) -> None:
         assert numbers["throughput/samples_per_s"] == pytest.approx(2 * numbers["throughput/samples_per_s_per_device"])
         assert numbers["throughput/mfu"] > 0
     assert run.of("flops_per_sample")[0] == run.of("flops_per_sample")[1] > 0
+
+
+def test_the_launcher_settings_turn_both_monitors_on(tmp_path: Path) -> None:
+    launcher = [sys.executable, "-m", "accel", "launch", "--num_processes", "2", "--cpu", "--spike_detection", "stop",
+                "--log_throughput"]
+    run = launch("monitoring_script.py", "settings", str(tmp_path), timeout=300, launcher=launcher)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.of("stopped_at") == [SPIKE_STEP, SPIKE_STEP]
+    # ThroughputKwargs' defaults: a window of 10 steps, the first one untimed: windows end at steps 11, 21, 31
+    assert all(numbers["throughput/samples_per_s"] > 0 for numbers in run.of("throughput"))
