@@ -81,7 +81,9 @@ class ThroughputMonitor:
             self._counter.__enter__()
 
     def _counts_flops(self) -> bool:
-        return self.options.count_flops and self.flops_per_token is None and self.flops_per_sample is None
+        """Count on the first step only with a prepared optimizer to end the count (else it would never stop)."""
+        formula = self.flops_per_token is not None or self.flops_per_sample is not None
+        return self.options.count_flops and not formula and self._stepping is not None
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1

@@ -142,3 +142,11 @@ def test_off_hooks_nothing_and_the_setting_turns_it_on(monkeypatch: pytest.Monke
 def test_bad_options_raise_naming_the_field(options: dict[str, Any], message: str) -> None:
     with pytest.raises((TypeError, ValueError), match=message):
         ThroughputKwargs(**options)
+
+
+def test_without_a_prepared_optimizer_no_flop_count_is_left_running() -> None:
+    accelerator = Accelerator(kwarg_handlers=[ThroughputKwargs()])
+    model = accelerator.prepare(_mlp())
+    model(torch.randn(BATCH, IN)).sum().backward()
+    monitor = accelerator.throughput_monitor
+    assert monitor is not None and monitor._counter is None and monitor.steps == 0
