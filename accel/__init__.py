@@ -33,8 +33,11 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import ProfileKwargs as ProfileKwargs
+    from accel.kwargs_handlers import SpikeDetectionKwargs as SpikeDetectionKwargs
+    from accel.kwargs_handlers import ThroughputKwargs as ThroughputKwargs
     from accel.launchers import debug_launcher as debug_launcher
     from accel.launchers import notebook_launcher as notebook_launcher
+    from accel.monitoring import LossSpikeError as LossSpikeError
     from accel.parallel.config import ParallelismConfig as ParallelismConfig
     from accel.training.accumulation import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.training.out_of_memory import find_executable_batch_size as find_executable_batch_size
@@ -64,6 +67,9 @@ _EXPORTS = {
     "notebook_launcher": "accel.launchers",
     "debug_launcher": "accel.launchers",
     "ProfileKwargs": "accel.kwargs_handlers",
+    "SpikeDetectionKwargs": "accel.kwargs_handlers",
+    "ThroughputKwargs": "accel.kwargs_handlers",
+    "LossSpikeError": "accel.monitoring",
     "FullyShardedDataParallelPlugin": "accel.fsdp",
     "ParallelismConfig": "accel.parallel.config",
     "synchronize_rng_states": "accel.training.seeding",

@@ -44,6 +44,7 @@ from accel.kwargs_handlers.fp8 import (
     FP8RecipeKwargs,
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
+from accel.kwargs_handlers.monitoring import SPIKE_ACTIONS
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
@@ -237,6 +238,10 @@ ACTIVATION_CHECKPOINTING = Setting(
     help="recompute each block's activations in backward instead of keeping them: true (the model's repeated blocks) "
     "or the blocks' class names",
 )
+LOG_THROUGHPUT = Setting("log_throughput", BoolKind(), None, help="measure samples/s, tokens/s, step time and MFU and "
+                         "log them with accelerator.log (ThroughputKwargs in the script sets the details; docs/tracking.md)")
+SPIKE_DETECTION = Setting("spike_detection", ChoiceKind(SPIKE_ACTIONS, optional=True), None, help="on a loss spike: "
+                          "log it, save a checkpoint first (checkpoint) or stop the run (SpikeDetectionKwargs sets the rule)")
 ACCELERATOR_SETTINGS = (
     MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
 )
@@ -249,7 +254,7 @@ LAUNCHER_SETTINGS = (
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, STALL_REPORT_AFTER,
-    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
+    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, LOG_THROUGHPUT, SPIKE_DETECTION,
     *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpt import GPT, CharDataset, GPTConfig, build_datasets
 
-from accel import Accelerator
+from accel import Accelerator, ThroughputKwargs
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -291,6 +291,16 @@ class Summary:
     """(update, "train" or "val", loss) for every update and every validation."""
 
 
+def throughput_text(numbers: dict[str, float]) -> str:
+    """Tokens/s (all processes) and MFU from `accelerator.throughput` (ThroughputKwargs), once measured."""
+    text = ""
+    if "throughput/tokens_per_s" in numbers:
+        text += f" | {numbers['throughput/tokens_per_s']:,.0f} tok/s"
+    if "throughput/mfu" in numbers:
+        text += f" | MFU {numbers['throughput/mfu']:.1%}"
+    return text
+
+
 def train(
     accelerator: Accelerator,
     model: nn.Module,
@@ -344,7 +354,7 @@ def train(
             progress.update(
                 summary.steps,
                 f"loss {summary.last_train:.4f} | {summary.steps / summary.seconds:.2f} steps/s"
-                f" | {accelerator.mixed_precision}",
+                f"{throughput_text(accelerator.throughput)} | {accelerator.mixed_precision}",
             )
             hint = contention.after_update(summary.steps)
             if hint is not None:
@@ -372,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         dynamo_backend=args.dynamo_backend,
+        kwarg_handlers=[ThroughputKwargs()],  # tokens/s and MFU in the progress line (docs/tracking.md)
     )
 
     config = GPTConfig()

@@ -18,6 +18,7 @@ from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.handler_views import HandlerViewsMixin
+from accel.accelerator.monitoring_methods import MonitoringMixin
 from accel.accelerator.parallel_views import ParallelViewsMixin
 from accel.accelerator.preparing import PrepareMixin
 from accel.accelerator.private_views import PrivateViewsMixin
@@ -68,7 +69,7 @@ _BACKWARD = stall_marks.label("backward (DDP's gradient all-reduce)")
 
 class Accelerator(
     PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin, DataOptionsMixin, ProcessMixin,
-    ParallelViewsMixin,
+    ParallelViewsMixin, MonitoringMixin,
 ):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
@@ -174,6 +175,7 @@ class Accelerator(
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
         self.project_dir = self.project_configuration.project_dir
         self._setup_tracking(log_with)
+        self._setup_monitoring()
         self._start_registries()
         options.check_same_setup(self)
 
@@ -260,6 +262,8 @@ class Accelerator(
                 "backward() was called before prepare(): pass your model (and optimizer) to "
                 "accelerator.prepare(...) first, so that the precision can be applied."
             )
+        if self.spike_detector is not None:
+            self.spike_detector.observe(loss, self.gradient_state.sync_gradients)
         steps = self.gradient_state.num_steps
         marked = stall_marks.enter(_BACKWARD)  # DDP all-reduces gradients in backward: a wait `accel launch` watches
         try:

@@ -22,6 +22,7 @@ from accel.data.loader import PreparedDataLoader
 from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
+from accel.monitoring import ThroughputMonitor
 from accel.quantization import Quantizer
 from accel.training import compiling, meta_init
 from accel.training import model as model_utils
@@ -57,6 +58,7 @@ class PrepareMixin:
     step_scheduler_with_optimizer: bool
     scheduler_per_optimizer_step: bool
     _orphan_optimizers_warned: set[int]
+    throughput_monitor: ThroughputMonitor | None
 
     def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
         """Prepare models, optimizers, schedulers and dataloaders, given in any order.
@@ -119,6 +121,8 @@ class PrepareMixin:
             checkpoint_blocks(model, self.activation_checkpointing)  # before FSDP's units and compiling, as Accelerate
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
         model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
+        if self.throughput_monitor is not None and not evaluation_mode:
+            self.throughput_monitor.watch_model(model)
         self.prepared.models.append(model)
         return model
 
@@ -137,6 +141,8 @@ class PrepareMixin:
         self.precision.check_optimizer(optimizer)
         self.strategy.retarget_optimizer(optimizer, self.prepared.models)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
+        if self.throughput_monitor is not None:
+            self.throughput_monitor.watch_optimizer(wrapped.optimizer)
         self.prepared.optimizers.append(wrapped)
         return wrapped
 

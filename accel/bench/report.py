@@ -12,7 +12,7 @@ from accel.bench.cases import REFERENCE
 from accel.bench.run import Row
 
 CSV_FIELDS: tuple[str, ...] = (
-    "case", "mode", "status", "ran", "step_ms", "cpu_ms", "tokens_per_s", "first_step_s", "peak_mib",
+    "case", "mode", "status", "ran", "step_ms", "cpu_ms", "tokens_per_s", "mfu", "first_step_s", "peak_mib",
     "bytes_per_param", "loss", "note", "losses",
 )  # fmt: skip
 
@@ -64,7 +64,7 @@ def loss_gap(row: Row, reference: Row) -> float:
 def format_table(rows: Sequence[Row]) -> str:
     """The table, then one numbered line per note (why skipped or failed, slowness warnings)."""
     reference = reference_row(rows)
-    headers = ["precision", "mode", "what ran", "step ms", "tokens/s", "vs fp32", "peak MiB", "B/param", "loss", "status"]
+    headers = ["precision", "mode", "what ran", "step ms", "tokens/s", "MFU", "vs fp32", "peak MiB", "B/param", "loss", "status"]
     cells: list[list[str]] = []
     notes: list[str] = []
     for row in rows:
@@ -81,12 +81,12 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def _cells(row: Row, reference: Row | None) -> list[str]:
     if row.status != "ran":
-        return [row.case, row.mode, row.ran or "-", *(["-"] * 6)]
+        return [row.case, row.mode, row.ran or "-", *(["-"] * 7)]
     ratio = reference.step_ms / row.step_ms if reference and reference.step_ms and row.step_ms else None
     return [
         row.case, row.mode, row.ran, _number(row.step_ms, "{:.1f}"), _number(row.tokens_per_s, "{:,.0f}"),
-        _number(ratio, "{:.2f}x"), _number(row.peak_mib, "{:.0f}"), _number(row.bytes_per_param, "{:.1f}"),
-        _number(row.loss, "{:.4f}"),
+        _number(row.mfu, "{:.1%}"), _number(ratio, "{:.2f}x"), _number(row.peak_mib, "{:.0f}"),
+        _number(row.bytes_per_param, "{:.1f}"), _number(row.loss, "{:.4f}"),
     ]  # fmt: skip
 
 

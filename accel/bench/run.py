@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from accel.bench.cases import Case, build_accelerator, one_line
+from accel.bench.flops import mfu
 from accel.bench.memory_use import PeakMemory, state_bytes
 from accel.bench.workload import Workload
 from accel.cli.capabilities import BACKEND_REFUSALS
@@ -33,6 +34,9 @@ class Row:
     """Median CPU time of this process per timed step (all its threads): steadier than `step_ms` on a
     CPU shared with other work, where a step waits for cores."""
     tokens_per_s: float | None = None
+    mfu: float | None = None
+    """Model FLOPs utilization: FLOPs per token (counted once) x tokens/s over the device's peak for the row's
+    matmul dtype (on a CPU: an fp32 matmul measured once); None without a count or a peak."""
     first_step_s: float | None = None
     """The first step alone (compilation included in compiled mode)."""
     peak_mib: float | None = None
@@ -62,7 +66,9 @@ def load_compiler() -> None:
     fused.available()
 
 
-def run_case(work: Workload, case: Case, mode: str, warmup: int, lr: float, progress: Progress) -> Row:
+def run_case(
+    work: Workload, case: Case, mode: str, warmup: int, lr: float, progress: Progress, flops: float | None = None
+) -> Row:
     """Train a copy of `work.model` for `len(work.batches)` steps in `case` and `mode`.
 
     Never raises for one case: one the Accelerator refuses (at construction or at prepare) is
@@ -76,6 +82,7 @@ def run_case(work: Workload, case: Case, mode: str, warmup: int, lr: float, prog
         return row
     try:
         _measure(work, accelerator, row, warmup, lr, progress)
+        row.mfu = mfu(flops, row.tokens_per_s, accelerator.device, accelerator.precision.compute_dtype)
     except Exception as error:  # noqa: BLE001 - one case failing must not end the others
         row.status, notes = "failed", [one_line(f"{type(error).__name__}: {error}")]
     finally:

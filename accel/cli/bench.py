@@ -21,6 +21,12 @@ DEFAULT_WARMUP = 2
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_TOLERANCE = 0.02
 DEFAULT_OUTPUT_DIR = "accel_bench"
+QUICK_STEPS = 3
+QUICK_WARMUP = 1
+QUICK_BATCH_SIZE = 2
+"""--quick: eager rows only, 3 steps (1 warm-up) of batches of 2: under a minute on 2 CPU cores."""
+COMPILE_GUESS_S = 30
+"""What compiling one precision roughly costs (the full run's up-front estimate; 10-60 s on a CPU)."""
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,11 +42,15 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--precisions", metavar="LIST", default=",".join(CASE_NAMES),
                         help=f"comma-separated cases (default: all): {', '.join(CASE_NAMES)}")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps per case (default {DEFAULT_STEPS})")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                        help=f"first steps left out of the step time (default {DEFAULT_WARMUP})")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                        help=f"batch size of the example GPT (default {DEFAULT_BATCH_SIZE}; a --model hook makes its own)")
+    parser.add_argument("--steps", type=int, help=f"training steps per case (default {DEFAULT_STEPS}; --quick {QUICK_STEPS})")
+    parser.add_argument("--warmup", type=int,
+                        help=f"first steps left out of the step time (default {DEFAULT_WARMUP}; --quick {QUICK_WARMUP})")
+    parser.add_argument("--batch_size", "--batch-size", type=int,
+                        help=f"batch size of the example GPT (default {DEFAULT_BATCH_SIZE}; --quick {QUICK_BATCH_SIZE}; a "
+                        "--model hook makes its own)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a first look in under a minute: eager rows only, {QUICK_STEPS} steps, batch "
+                        f"{QUICK_BATCH_SIZE}; the recommendation says it is a quick one")
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the batches (default 0)")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
@@ -59,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from accel.bench.cases import MODES, REFERENCE, select_cases
     from accel.bench.workload import HookError, gpt_workload, hook_workload
 
+    _fill_defaults(args)
     _check_numbers(args)
     try:
         cases = select_cases(_reference_first([*args.precisions.split(",")], REFERENCE))
@@ -66,10 +77,29 @@ def run(args: argparse.Namespace) -> int:
                 else gpt_workload(args.steps, args.batch_size, args.seed))
     except (HookError, ValueError) as error:
         raise CliError(str(error), command=COMMAND) from None
-    modes = MODES[:1] if args.no_compile else MODES
-    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes, {args.steps} steps each")
+    modes = MODES[:1] if args.no_compile or args.quick else MODES
     rows = _run_all(work, cases, modes, args)
     return _report(rows, work.name, args)
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """--steps, --warmup and --batch_size not given: the quick run's or the full run's defaults."""
+    quick = {"steps": QUICK_STEPS, "warmup": QUICK_WARMUP, "batch_size": QUICK_BATCH_SIZE}
+    full = {"steps": DEFAULT_STEPS, "warmup": DEFAULT_WARMUP, "batch_size": DEFAULT_BATCH_SIZE}
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
+def estimate(step_s: float, cases: int, modes: tuple[str, ...], steps: int) -> str:
+    """The run's length said up front, from one measured fp32 step: every row's steps at that pace, plus a
+    compile per precision for the compiled rows (fp16 and bf16 on a CPU without 16-bit matmuls take longer).
+
+    Example: `estimate(0.5, 10, ("eager",), 12)` is "about 1 minute".
+    """
+    seconds = step_s * steps * cases * len(modes) + (COMPILE_GUESS_S * cases if "compiled" in modes else 0)
+    return f"about {seconds:.0f} s" if seconds < 60 else f"about {round(seconds / 60)} minute" + (
+        "s" if round(seconds / 60) != 1 else "")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -95,22 +125,36 @@ def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse
     """Every (case, mode) in turn, with a progress bar over all their steps."""
     from dataclasses import replace
 
+    from accel.bench.flops import flops_per_token
     from accel.bench.run import load_compiler, run_case
 
     # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
     # otherwise be charged to the first case's memory and time; so would loading the compiler.
-    run_case(replace(work, batches=work.batches[:1]), cases[0], "eager", 0, args.lr, lambda: None)
+    warm = run_case(replace(work, batches=work.batches[:1]), cases[0], "eager", 0, args.lr, lambda: None)
+    kind = "a quick run: eager only" if args.quick else f"{' and '.join(modes)}"
+    guess = estimate((warm.first_step_s or 0.0), len(cases), modes, args.steps)
+    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes ({kind}), {args.steps} steps each; "
+        f"{guess} (from one fp32 step here)" + ("" if args.quick else "; --quick gives a first look in under a minute"))
     load_compiler()
+    flops = flops_per_token(work)
     bar = _progress_bar(len(cases) * len(modes) * args.steps, args.no_progress)
     rows = []
     for mode in modes:
         for case in cases:
             bar.set_description(f"{case.name} {mode}")
             done_before = bar.n
-            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1)))
+            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1), flops))
+            if rows[-1].tokens_per_s is not None:
+                bar.set_postfix_str(_throughput_text(rows[-1]))
             bar.update(args.steps - (bar.n - done_before))  # a skipped or failed case moves the bar on
     bar.close()
     return rows
+
+
+def _throughput_text(row: Any) -> str:
+    """The last row's speed for the progress bar: tokens/s and MFU."""
+    mfu = "" if row.mfu is None else f", MFU {row.mfu:.1%}"
+    return f"{row.case} {row.mode}: {row.tokens_per_s:,.0f} tokens/s{mfu}"
 
 
 def _report(rows: list[Any], workload: str, args: argparse.Namespace) -> int:
@@ -120,7 +164,11 @@ def _report(rows: list[Any], workload: str, args: argparse.Namespace) -> int:
     print(f"{workload}, {args.steps} steps per case (step time: median after {args.warmup} warm-up steps)")
     print(_machine())
     print(format_table(rows))
-    print(recommend(rows, args.tolerance).text())
+    recommendation = recommend(rows, args.tolerance).text()
+    if args.quick:
+        recommendation = (f"Quick run (eager only, {args.steps} steps of batch {args.batch_size}): {recommendation} "
+                          "Run without --quick for the compiled rows and steadier timings.")
+    print(recommendation)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "bench.csv")
@@ -154,6 +202,10 @@ class _Silent:
 
     def update(self, count: int) -> None:
         self.n += count
+
+    def set_postfix_str(self, text: str) -> None:
+        if self._announce:
+            say(COMMAND, text)
 
     def close(self) -> None:
         pass

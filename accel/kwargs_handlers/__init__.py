@@ -6,6 +6,7 @@ from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
 from accel.kwargs_handlers.comm_hooks import DDPCommunicationHookType
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.kwargs_handlers.handlers import Handlers, collect_handlers
+from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs, ThroughputKwargs
 from accel.kwargs_handlers.profile import ProfileKwargs
 from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
@@ -20,5 +21,7 @@ __all__ = [
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "ProfileKwargs",
+    "SpikeDetectionKwargs",
+    "ThroughputKwargs",
     "collect_handlers",
 ]

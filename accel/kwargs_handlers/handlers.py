@@ -10,6 +10,7 @@ from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
 from accel.kwargs_handlers.base import KwargsHandler
 from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
+from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs, ThroughputKwargs
 from accel.kwargs_handlers.profile import ProfileKwargs
 from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
@@ -21,6 +22,8 @@ HANDLER_TYPES: tuple[type[KwargsHandler], ...] = (
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
+    SpikeDetectionKwargs,
+    ThroughputKwargs,
 )
 
 H = TypeVar("H", bound=KwargsHandler)

@@ -7,9 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from accel.cli.config import wizard_bnb
-
-from accel.cli.config import wizard_fsdp
+from accel.cli.config import wizard_bnb, wizard_fsdp
 
 
 class Script:

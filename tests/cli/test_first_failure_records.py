@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from accel.distributed.errors import CollectiveError
 from accel.cli.launch.first_failure import FIRST, first_record, lost_peer
+from accel.distributed.errors import CollectiveError
 
 
 def _write(folder: Path, rank: int, **fields: object) -> Path:

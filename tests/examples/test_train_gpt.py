@@ -106,3 +106,16 @@ def test_the_contention_hint_needs_a_low_share() -> None:
     assert contention_hint(cpu_seconds=3.9, wall_seconds=2.0, threads=2) is None
     assert "25% of the CPU time its 2 thread(s)" in (contention_hint(cpu_seconds=1.0, wall_seconds=2.0, threads=2) or "")
     assert "fewer processes" in (contention_hint(cpu_seconds=0.2, wall_seconds=1.0, threads=1) or "")
+
+
+def test_the_progress_line_shows_tokens_per_second_and_mfu() -> None:
+    """ThroughputKwargs' first window ends at step 11 (the first step is not timed): step 12's line shows it."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--steps", "12", "--batch_size", "2", "--eval_interval", "0", "--report_dir", "",
+         "--log_interval", "6"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step ") and "/12 | loss" in line]
+    assert "tok/s" not in lines[0]  # step 6: no window has ended yet
+    assert re.search(r"step 12/12 \| loss [\d.]+ \| [\d.]+ steps/s \| [\d,]+ tok/s \| MFU [\d.]+% \| no$", lines[1]), lines
