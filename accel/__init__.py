@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.distributed.partial_state import AcceleratorState as AcceleratorState
     from accel.distributed.partial_state import PartialState as PartialState
     from accel.distributed.types import DistributedType as DistributedType
+    from accel.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import BitsandbytesKwargs as BitsandbytesKwargs
@@ -65,6 +66,7 @@ _EXPORTS = {
     "debug_launcher": "accel.launchers",
     "ProfileKwargs": "accel.kwargs_handlers",
     "FullyShardedDataParallelPlugin": "accel.fsdp",
+    "DeepSpeedPlugin": "accel.deepspeed",
     "ParallelismConfig": "accel.parallel.config",
     "synchronize_rng_states": "accel.training.seeding",
     "is_rich_available": "accel.utils",
@@ -86,8 +88,6 @@ _FORWARDED = {
 is installed, else stand-ins that raise ImportError naming the install (accel/_accelerate_names.py)."""
 
 _REFUSED = {
-    "DeepSpeedPlugin": "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 "
-    "(fsdp_plugin=), or Accelerate for DeepSpeed runs",
     "prepare_pippy": "pipeline-parallel inference is not accel's job; use Accelerate's prepare_pippy beside accel",
 }
 """Accelerate's top-level names accel does not implement: importable, and raising NotImplementedError with

@@ -64,6 +64,7 @@ from accel.availability import (
     str_to_bool,
 )
 from accel.data.skipping import skip_first_batches
+from accel.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
 from accel.parallel.config import ParallelismConfig
@@ -144,6 +145,9 @@ __all__ = [
     "DistributedType",
     "DynamoBackend",
     "FP8RecipeKwargs",
+    "DeepSpeedPlugin",
+    "DummyOptim",
+    "DummyScheduler",
     "FullyShardedDataParallelPlugin",
     "ParallelismConfig",
     "GradScalerKwargs",
@@ -259,11 +263,11 @@ _BIG_MODEL = frozenset({
 forwarded when accelerate is installed, else stand-ins that raise ImportError naming the install when used."""
 _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
-_DEEPSPEED = "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 (fsdp_plugin=)"
+_DEEPSPEED = ("DeepSpeed's sequence parallelism and parameter gathering are not provided (DeepSpeedPlugin is: "
+              "docs/deepspeed.md)")
 _N_D = ("context parallelism is not provided (torch runs its ring attention only in CUDA attention kernels); "
         "DDP, FSDP2, HSDP and tensor parallelism are (ParallelismConfig)")
 _REFUSED = {
-    "DeepSpeedPlugin": _DEEPSPEED,
     "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
