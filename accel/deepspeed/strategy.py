@@ -100,11 +100,11 @@ class DeepSpeedStrategy(ParallelStrategy):
     # ----------------------------------------------------------------- weights
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole weights (gathered under ZeRO 3: every process must call it), as the engine holds them."""
-        return checkpoint.full_weights(model, self.plugin.zero_stage == 3)
+        return checkpoint.full_weights(self._engine_of(model), self.plugin.zero_stage == 3)
 
     def load_full_weights(self, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
         """Full weights into the engine's model (under ZeRO 3 each process keeps its partition)."""
-        checkpoint.load_full_weights(model, weights, self.plugin.zero_stage == 3)
+        checkpoint.load_full_weights(self._engine_of(model), weights, self.plugin.zero_stage == 3)
 
     # ----------------------------------------------------------------- checkpoints (DeepSpeed's)
     def write_shards(self, accelerator: CheckpointHost, folder: Path) -> dict[str, int]:
@@ -121,6 +121,11 @@ class DeepSpeedStrategy(ParallelStrategy):
 
     def apply_shards(self, accelerator: CheckpointHost, state: dict[str, Any], models: list[int]) -> None:
         checkpoint.load(self._engine("load_state"), state["folder"])
+
+    def _engine_of(self, model: nn.Module) -> nn.Module:
+        """The engine running `model` (given as the engine or as the model inside it), else `model` itself."""
+        engine = None if self.engine is None else self.engine.engine
+        return engine if engine is not None and model in (engine, engine.module) else model
 
     def _engine(self, what: str) -> Any:
         if self.engine is None:

@@ -26,11 +26,10 @@ CASES = {
 
 
 def optimizer_bytes(optimizer: object) -> int:
-    """Bytes of the optimizer state and fp32 partitions this process holds (DeepSpeed's inner torch optimizer)."""
+    """Bytes of AdamW's state (exp_avg, exp_avg_sq) this process holds, in DeepSpeed's inner torch optimizer."""
     inner = getattr(optimizer, "optimizer", optimizer)
-    total = sum(t.numel() * t.element_size() for state in inner.state.values() for t in state.values()
-                if isinstance(t, torch.Tensor) and t.dim() > 0)
-    return total + sum(p.numel() * p.element_size() for group in inner.param_groups for p in group["params"])
+    return sum(t.numel() * t.element_size() for state in inner.state.values() for t in state.values()
+               if isinstance(t, torch.Tensor) and t.dim() > 0)
 
 
 def run(case: str, epochs: int = 2) -> None:
