@@ -22,6 +22,7 @@ CASES = {
     "zero2_offload": {"zero_stage": 2, "offload_optimizer_device": "cpu"},
     "zero3_offload": {"zero_stage": 3, "offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
     "zero2_clip": {"zero_stage": 2, "gradient_clipping": 0.05},
+    "zero2_bf16": {"zero_stage": 2},
 }
 
 
@@ -33,7 +34,8 @@ def optimizer_bytes(optimizer: object) -> int:
 
 
 def run(case: str, epochs: int = 2) -> None:
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(**CASES[case]))
+    precision = "bf16" if case.endswith("bf16") else None
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(**CASES[case]), mixed_precision=precision)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     loader = torch.utils.data.DataLoader(dataset(), batch_size=MICRO)
@@ -41,7 +43,8 @@ def run(case: str, epochs: int = 2) -> None:
     losses, rows = [], []
     for _ in range(epochs):
         for index, x, y in loader:
-            loss = nn.functional.mse_loss(model(x), y)
+            dtype = next(model.parameters()).dtype  # DeepSpeed's bf16 runs the model's weights in bf16
+            loss = nn.functional.mse_loss(model(x.to(dtype)).float(), y)
             accelerator.backward(loss)
             if "clip" in case:
                 report(f"{case}_norm", float(accelerator.clip_grad_norm_(model.parameters(), 0.05)))
@@ -55,7 +58,8 @@ def run(case: str, epochs: int = 2) -> None:
     report(f"{case}_rows", rows)
     report(f"{case}_bytes", optimizer_bytes(accelerator.deepspeed_engine_wrapped.engine.optimizer.optimizer
                                             if case.endswith("offload") else optimizer.optimizer))
-    report(f"{case}_type", [accelerator.distributed_type.value, accelerator.mixed_precision, type(model).__name__])
+    report(f"{case}_type", [accelerator.distributed_type.value, accelerator.mixed_precision, type(model).__name__,
+                            str(next(model.parameters()).dtype)])
     weights = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         report(f"{case}_weights", {k: v.float().tolist() for k, v in weights.items()})

@@ -1,0 +1,76 @@
+"""DeepSpeed training with 2 real processes (gloo, CPU): ZeRO 1, 2 and 3 (with CPU offload too) train like the
+one-process run on the same global batch, each process on its own rows (as under DDP), with half the optimizer
+state per process; clipping happens only where asked, at the asked norm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ds_tiny import reference
+from launching import Launched, launch
+
+pytest.importorskip("deepspeed")
+
+SCRIPT = str(Path(__file__).parent / "ds_train_script.py")
+CASES = ("zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
+LOSS_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+"""fp32: the two processes' halves are reduced in another order than one process sums them (measured: < 2e-7)."""
+WEIGHT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.fixture(scope="module")
+def run() -> Launched:
+    result = launch(SCRIPT, *CASES, "zero2_clip", "zero2_bf16", timeout=540)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def close(actual: object, expected: object, tolerance: dict[str, float]) -> None:
+    torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), **tolerance)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_zero_stage_trains_like_one_process_on_the_global_batch(run: Launched, case: str) -> None:
+    expected = reference(epochs=2)
+    for losses in run.of(f"{case}_losses"):
+        close(losses, expected["losses"], LOSS_TOLERANCE)
+    weights = run.results[0][f"{case}_weights"]  # gathered on process 0 (under ZeRO 3 from both partitions)
+    assert weights.keys() == expected["weights"].keys()
+    for name, values in expected["weights"].items():
+        close(weights[name], values, WEIGHT_TOLERANCE)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_process_trains_on_its_own_rows_as_under_ddp(run: Launched, case: str) -> None:
+    first, second = run.of(f"{case}_rows")
+    assert first == [0, 1, 2, 3, 8, 9, 10, 11] * 2 and second == [4, 5, 6, 7, 12, 13, 14, 15] * 2
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_process_holds_half_the_optimizer_state(run: Launched, case: str) -> None:
+    from ds_tiny import make_model
+
+    whole = 2 * sum(p.numel() * 4 for p in make_model().parameters())  # AdamW's exp_avg and exp_avg_sq, fp32
+    for held in run.of(f"{case}_bytes"):
+        assert whole / 2 <= held <= whole / 2 + 64  # DeepSpeed pads each partition to an alignment
+
+
+def test_the_prepared_model_is_the_engine_and_unwraps_to_the_script_model(run: Launched) -> None:
+    assert run.of("zero2_type") == [["DEEPSPEED", "no", "DeepSpeedEngine", "torch.float32"]] * 2
+    assert run.of("zero3_unwrapped") == ["Sequential"] * 2
+
+
+def test_gradient_clipping_applies_at_the_asked_norm_and_reports_the_norm(run: Launched) -> None:
+    expected = reference(epochs=2, clip=0.05)
+    for losses in run.of("zero2_clip_losses"):
+        close(losses, expected["losses"], LOSS_TOLERANCE)
+    assert expected["losses"] != reference(epochs=2)["losses"]  # the clip mattered
+    assert all(norm > 0.05 for norm in run.of("zero2_clip_norm"))
+
+
+def test_bf16_runs_deepspeed_bf16_weights_and_reports_it(run: Launched) -> None:
+    assert run.of("zero2_bf16_type") == [["DEEPSPEED", "bf16", "DeepSpeedEngine", "torch.bfloat16"]] * 2
+    close(run.of("zero2_bf16_losses")[0], reference(epochs=2)["losses"], {"rtol": 0.05, "atol": 0.02})
