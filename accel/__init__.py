@@ -21,10 +21,10 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.checkpointing import ProjectConfiguration as ProjectConfiguration
     from accel.data.configuration import DataLoaderConfiguration as DataLoaderConfiguration
     from accel.data.skipping import skip_first_batches as skip_first_batches
+    from accel.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.distributed.partial_state import AcceleratorState as AcceleratorState
     from accel.distributed.partial_state import PartialState as PartialState
     from accel.distributed.types import DistributedType as DistributedType
-    from accel.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import BitsandbytesKwargs as BitsandbytesKwargs

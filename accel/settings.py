@@ -43,10 +43,6 @@ from accel.kwargs_handlers.fp8 import (
     FP8RecipeKwargs,
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
-from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
-from accel.settings_deepspeed import DEEPSPEED_SECTION
-from accel.settings_deepspeed import TABLE as DEEPSPEED_TABLE
-from accel.settings_deepspeed import USE_HELP as DEEPSPEED_USE_HELP
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
@@ -63,6 +59,10 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
     TextKind,
     parse_bool,  # noqa: F401 - importable from here, as before the kinds had their own module
 )
+from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
+from accel.settings_deepspeed import DEEPSPEED_SECTION
+from accel.settings_deepspeed import TABLE as DEEPSPEED_TABLE
+from accel.settings_deepspeed import USE_HELP as DEEPSPEED_USE_HELP
 
 ENV_PREFIX = "ACCEL_"
 ACCELERATE_PREFIX = "ACCELERATE_"

@@ -29,12 +29,12 @@ from accel.backends.names import resolve_precision
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import check_dataloader_config
 from accel.data.skipping import skip_first_batches
+from accel.deepspeed import DeepSpeedPlugin
+from accel.deepspeed import options as ds_options
 from accel.distributed import process_group as distributed
 from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.environment import check_environment
-from accel.deepspeed import DeepSpeedPlugin
-from accel.deepspeed import options as ds_options
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,

@@ -106,7 +106,7 @@ class PrepareMixin:
         if any(model is prepared for prepared in self.prepared.models):
             return model
         if self.strategy.prepares_together and not evaluation_mode:
-            return self.strategy.prepare_objects(self, [model], [device_placement])[0]  # type: ignore[no-any-return]
+            return self.strategy.prepare_objects(self, [model], [device_placement])[0]
         place = self._placement(device_placement)
         names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
         state = self.process_state

@@ -1,8 +1,8 @@
-"""DeepSpeed's checkpoints inside accel's: the engine writes its ZeRO files into the checkpoint's folder
-(tag `shards`: the engine's files are the checkpoint's `shards/`), each process its own partitions; accel's manifest lists them and keeps
-the rest (schedulers, dataloader positions, RNG states). Loading runs the engine's `load_checkpoint`, which
-restores the weights, the optimizer's state (fp32 masters, fp16 loss scale) and the engine's step counts.
-Also: the full weights of an engine's model (gathered under ZeRO 3) and loading full weights into it.
+"""DeepSpeed's checkpoints inside accel's: the engine writes its ZeRO files (tag `shards`) into the checkpoint's
+`shards/` folder, each process its own partitions; accel's manifest lists them and keeps the rest (schedulers,
+dataloader positions, RNG states). Loading runs the engine's `load_checkpoint`, which restores the weights, the
+optimizer's state (fp32 masters, fp16 loss scale) and the engine's step counts. Also: the full weights of an
+engine's model (gathered under ZeRO 3) and loading full weights into it.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from accel.deepspeed.plugin import AUTO, DeepSpeedPlugin
 def accumulation_steps(plugin: DeepSpeedPlugin, accelerator_steps: int | None) -> int | None:
     """The steps both agree on: the plugin's, the Accelerator's (None: not given), or ValueError naming both."""
     ours = plugin.gradient_accumulation_steps
-    if ours == AUTO:
+    if ours == AUTO or ours is None:
         return accelerator_steps
     if accelerator_steps is not None and accelerator_steps != ours:
         raise ValueError(

@@ -21,7 +21,7 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
         self.original = original
         """The optimizer (or DummyOptim) given to prepare."""
 
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]  # Accelerate's step, as the base's
         """Nothing: the engine stepped in `accelerator.backward` (on the micro-batch that syncs)."""
 
     def zero_grad(self, set_to_none: bool = True) -> None:

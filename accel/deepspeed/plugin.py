@@ -32,9 +32,9 @@ class DeepSpeedPlugin:
 
     hf_ds_config: Any = None
     """A DeepSpeed config: a path to its JSON, or a dict. When given, the other fields must agree with it."""
-    gradient_accumulation_steps: int | None = None
+    gradient_accumulation_steps: int | str | None = None
     """Micro-batches per optimizer step (None: the Accelerator's)."""
-    gradient_clipping: float | None = None
+    gradient_clipping: float | str | None = None
     """The gradients' global norm limit (None: no clipping, not DeepSpeed's default of 1.0)."""
     zero_stage: int | None = None
     """0 (plain data parallel), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ parameters); default 2."""

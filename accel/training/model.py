@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -137,7 +137,7 @@ def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch
     if compiled is not None:
         model = compiled._orig_mod  # type: ignore[assignment]  # a compiled module's _orig_mod is a Module
     while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) or _is_deepspeed_engine(model):
-        model = model.module
+        model = cast(nn.Module, model.module)
     if not keep_fp32_wrapper:
         restore_forward(model)
     if not keep_torch_compile or compiled is None:

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
-from torch import nn
-
 from ds_tiny import LR, MICRO, dataset, make_model
 from launching import report
+from safetensors.torch import load_file
+from torch import nn
 
 from accel import Accelerator
 from accel.utils import DeepSpeedPlugin

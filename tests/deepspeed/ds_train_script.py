@@ -7,10 +7,9 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch import nn
-
 from ds_tiny import LR, MICRO, dataset, make_model
 from launching import report
+from torch import nn
 
 from accel import Accelerator
 from accel.utils import DeepSpeedPlugin

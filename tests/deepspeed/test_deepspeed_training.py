@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from ds_tiny import reference
 from launching import Launched, launch
 
