@@ -34,7 +34,9 @@ def optimizer_bytes(optimizer: object) -> int:
 
 def run(case: str, epochs: int = 2) -> None:
     precision = "bf16" if case.endswith("bf16") else None
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(**CASES[case]), mixed_precision=precision)
+    plugin = None if case == "launched" else DeepSpeedPlugin(**CASES[case])  # launched: from accel launch's variables
+    accelerator = Accelerator(deepspeed_plugin=plugin, mixed_precision=precision)
+    report(f"{case}_stage", accelerator.state.deepspeed_plugin.zero_stage)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     loader = torch.utils.data.DataLoader(dataset(), batch_size=MICRO)
@@ -55,8 +57,7 @@ def run(case: str, epochs: int = 2) -> None:
             rows += index.tolist()
     report(f"{case}_losses", losses)
     report(f"{case}_rows", rows)
-    report(f"{case}_bytes", optimizer_bytes(accelerator.deepspeed_engine_wrapped.engine.optimizer.optimizer
-                                            if case.endswith("offload") else optimizer.optimizer))
+    report(f"{case}_bytes", optimizer_bytes(optimizer.optimizer))
     report(f"{case}_type", [accelerator.distributed_type.value, accelerator.mixed_precision, type(model).__name__,
                             str(next(model.parameters()).dtype)])
     weights = accelerator.get_state_dict(model)
