@@ -72,4 +72,5 @@ def backend(
                          "provided. Leave dynamo_backend 'no', or train without DeepSpeed.")
     precision = deepspeed_precision(name, device, handlers)
     ds_config.check_precision(plugin, precision)
+    plugin.set_deepspeed_weakref(precision.config_sections())
     return precision

@@ -106,6 +106,24 @@ class DeepSpeedPlugin:
     def is_zero3_init_enabled(self) -> bool:
         return bool(self.zero3_init_flag)
 
+    def set_deepspeed_weakref(self, precision_sections: dict[str, Any] | None = None) -> None:
+        """With zero3_init_flag: tell transformers (its HfDeepSpeedConfig) to build models partitioned under
+        deepspeed.zero.Init, in the engine's precision (`precision_sections`), as Accelerate does."""
+        if not self.zero3_init_flag:
+            return
+        try:
+            from transformers.integrations import HfDeepSpeedConfig, unset_hf_deepspeed_config
+        except ImportError:
+            raise ImportError("DeepSpeedPlugin(zero3_init_flag=True) builds transformers models partitioned: "
+                              "pip install transformers, or drop zero3_init_flag.") from None
+        config = copy.deepcopy(self.deepspeed_config) | (precision_sections or {})
+        for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
+            if config.get(key) in (AUTO, None):
+                config[key] = 1  # placeholders: zero.Init reads neither
+        config.pop("train_batch_size", None)
+        unset_hf_deepspeed_config()
+        self.dschf = HfDeepSpeedConfig(config)  # transformers holds a weak reference: keep it alive here
+
     # ----------------------------------------------------------------- checks
     def _agree(self, name: str, value: Any, in_config: Any, default: Any) -> Any:
         """The field's value, the config's, or the default; the field and the config disagreeing is refused."""

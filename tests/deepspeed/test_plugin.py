@@ -33,7 +33,8 @@ def test_plugin_builds_accelerates_config_with_no_clipping_unless_asked() -> Non
     assert plugin.get_value("zero_optimization.stage") == 3 and plugin.is_auto("train_micro_batch_size_per_gpu")
     config = built(plugin)
     assert config["gradient_clipping"] == 0.0  # never DeepSpeed's silent 1.0
-    assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"], config["train_batch_size"]) == (4, 2, 16)
+    sizes = (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"], config["train_batch_size"])
+    assert sizes == (4, 2, 16)
     assert config["zero_optimization"]["offload_param"] == {"device": "cpu"}
     assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     assert config["zero_allow_untested_optimizer"] is True
