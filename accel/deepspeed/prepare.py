@@ -8,6 +8,7 @@ DeepSpeed built (from the JSON or DummyScheduler's callable) a DeepSpeedSchedule
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ def prepare_objects(
         split_batches=accelerator.split_batches,
     )
     checkpoint_blocks(model, accelerator.activation_checkpointing)
-    engine, ds_optimizer, ds_scheduler = _initialize(model, optimizer, scheduler, config)
+    engine, ds_optimizer, ds_scheduler = _initialize(model, optimizer, scheduler, config, state.device)
     strategy.config = config
     result[models[0]] = engine
     accelerator.prepared.models.append(engine)
@@ -90,11 +91,25 @@ def _check_counts(strategy: DeepSpeedStrategy, models: list[int], optimizers: li
                          "them together, so prepare them in the same call as the model.")
 
 
-def _initialize(model: nn.Module, optimizer: Any, scheduler: Any, config: dict[str, Any]) -> tuple[Any, Any, Any]:
+def _single_process_group(device: torch.device) -> None:
+    """DeepSpeed's engine needs a process group even in one process: a group of one, in this process's memory
+    (accel runs one process without a group; DeepSpeed's own start-up would look for MPI), and LOCAL_RANK."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.setdefault("LOCAL_RANK", "0")  # DeepSpeed's engine asserts a launcher set it
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def _initialize(
+    model: nn.Module, optimizer: Any, scheduler: Any, config: dict[str, Any], device: torch.device
+) -> tuple[Any, Any, Any]:
     """deepspeed.initialize with the script's objects (a DummyOptim gives its parameters, a DummyScheduler its
     callable); returns (engine, DeepSpeed's optimizer, DeepSpeed's scheduler or None)."""
     import deepspeed
 
+    _single_process_group(device)
     kwargs: dict[str, Any] = {"model": model, "config": config, "dist_init_required": False}
     if isinstance(optimizer, DummyOptim):
         kwargs["model_parameters"] = optimizer.params

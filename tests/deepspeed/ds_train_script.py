@@ -22,6 +22,7 @@ CASES = {
     "zero3_offload": {"zero_stage": 3, "offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
     "zero2_clip": {"zero_stage": 2, "gradient_clipping": 0.05},
     "zero2_bf16": {"zero_stage": 2},
+    "zero2_accumulate": {"zero_stage": 2},
 }
 
 
@@ -35,7 +36,8 @@ def optimizer_bytes(optimizer: object) -> int:
 def run(case: str, epochs: int = 2) -> None:
     precision = "bf16" if case.endswith("bf16") else None
     plugin = None if case == "launched" else DeepSpeedPlugin(**CASES[case])  # launched: from accel launch's variables
-    accelerator = Accelerator(deepspeed_plugin=plugin, mixed_precision=precision)
+    steps = 2 if case.endswith("accumulate") else None
+    accelerator = Accelerator(deepspeed_plugin=plugin, mixed_precision=precision, gradient_accumulation_steps=steps)
     report(f"{case}_stage", accelerator.state.deepspeed_plugin.zero_stage)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
@@ -45,8 +47,9 @@ def run(case: str, epochs: int = 2) -> None:
     for _ in range(epochs):
         for index, x, y in loader:
             dtype = next(model.parameters()).dtype  # DeepSpeed's bf16 runs the model's weights in bf16
-            loss = nn.functional.mse_loss(model(x.to(dtype)).float(), y)
-            accelerator.backward(loss)
+            with accelerator.accumulate(model):
+                loss = nn.functional.mse_loss(model(x.to(dtype)).float(), y)
+                accelerator.backward(loss)
             if "clip" in case:
                 report(f"{case}_norm", float(accelerator.clip_grad_norm_(model.parameters(), 0.05)))
             optimizer.step()

@@ -24,7 +24,7 @@ WEIGHT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 
 @pytest.fixture(scope="module")
 def run() -> Launched:
-    result = launch(SCRIPT, *CASES, "zero2_clip", "zero2_bf16", timeout=540)
+    result = launch(SCRIPT, *CASES, "zero2_clip", "zero2_bf16", "zero2_accumulate", timeout=540)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -70,6 +70,13 @@ def test_gradient_clipping_applies_at_the_asked_norm_and_reports_the_norm(run: L
         close(losses, expected["losses"], LOSS_TOLERANCE)
     assert expected["losses"] != reference(epochs=2)["losses"]  # the clip mattered
     assert all(norm > 0.05 for norm in run.of("zero2_clip_norm"))
+
+
+def test_accumulation_steps_the_engine_once_per_two_micro_batches_like_one_process_on_both(run: Launched) -> None:
+    expected = reference(epochs=2, world=4)  # one step on every row of both micro-batches of both processes
+    weights = run.results[0]["zero2_accumulate_weights"]
+    for name, values in expected["weights"].items():
+        close(weights[name], values, WEIGHT_TOLERANCE)
 
 
 def test_bf16_runs_deepspeed_bf16_weights_and_reports_it(run: Launched) -> None:

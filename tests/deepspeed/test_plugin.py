@@ -156,3 +156,42 @@ class TestAccelerator:
             Accelerator(deepspeed_plugin=DeepSpeedPlugin(), kwarg_handlers=[BitsandbytesKwargs(mode="nf4")], cpu=True)
         with pytest.raises(ValueError, match="deepspeed_plugin and fsdp_plugin"):
             Accelerator(deepspeed_plugin=DeepSpeedPlugin(), fsdp_plugin=FullyShardedDataParallelPlugin(), cpu=True)
+
+
+ONE_PROCESS = """
+import torch
+from accel import Accelerator
+from accel.utils import DeepSpeedPlugin
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+reference = torch.nn.Linear(4, 1)
+reference.load_state_dict(model.state_dict())
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2), cpu=True)
+data = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+prepared = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                               torch.utils.data.DataLoader(data, batch_size=4))
+engine, optimizer, loader = prepared
+plain = torch.optim.SGD(reference.parameters(), lr=0.1)
+for x in loader:
+    loss = engine(x).pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    reference(x).pow(2).mean().backward()
+    plain.step()
+    plain.zero_grad()
+print("DIFF", max((a - b).abs().max().item() for a, b in zip(engine.module.parameters(), reference.parameters())))
+"""
+
+
+def test_one_process_runs_the_engine_without_a_launcher() -> None:
+    """`python train.py` with a DeepSpeedPlugin: a process group of one is made for DeepSpeed's engine."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "ACCELERATE_", "RANK", "LOCAL_RANK"))}
+    done = subprocess.run([sys.executable, "-c", ONE_PROCESS], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.split("DIFF")[-1]) < 1e-7
