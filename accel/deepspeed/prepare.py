@@ -40,7 +40,7 @@ def prepare_objects(
     models = [i for i, obj in enumerate(objects) if isinstance(obj, nn.Module)]
     optimizers = [i for i, obj in enumerate(objects) if isinstance(obj, _OPTIMIZERS)]
     schedulers = [i for i, obj in enumerate(objects) if isinstance(obj, _SCHEDULERS)]
-    _check_counts(strategy, models, optimizers, schedulers)
+    _check_counts(strategy, models, optimizers, schedulers, accelerator.prepared.models)
     if not models:
         return _marked(result)
     model = objects[models[0]]
@@ -76,14 +76,17 @@ def prepare_objects(
     return _marked(result)
 
 
-def _check_counts(strategy: DeepSpeedStrategy, models: list[int], optimizers: list[int], schedulers: list[int]) -> None:
-    """One engine per Accelerator, built from one prepare call holding its model (and optimizer, scheduler)."""
+def _check_counts(
+    strategy: DeepSpeedStrategy, models: list[int], optimizers: list[int], schedulers: list[int], prepared: list[Any]
+) -> None:
+    """One engine per Accelerator (until free_memory forgets it), built from one prepare call holding its model (and
+    optimizer, scheduler)."""
     if len(models) > 1 or len(optimizers) > 1 or len(schedulers) > 1:
         raise ValueError(
             f"prepare under DeepSpeed got {len(models)} models, {len(optimizers)} optimizers and {len(schedulers)} "
             "schedulers: one engine runs one model with one optimizer and scheduler. Prepare one of each."
         )
-    if models and strategy.engine is not None:
+    if models and strategy.engine is not None and any(model is strategy.engine.engine for model in prepared):
         raise ValueError("prepare under DeepSpeed got a second model: one Accelerator runs one DeepSpeed engine. "
                          "Put the models in one nn.Module, or use a second Accelerator.")
     if not models and (optimizers or schedulers):
