@@ -195,3 +195,49 @@ def test_one_process_runs_the_engine_without_a_launcher() -> None:
     done = subprocess.run([sys.executable, "-c", ONE_PROCESS], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert float(done.stdout.split("DIFF")[-1]) < 1e-7
+
+
+DUMMIES = """
+import torch
+from accel import Accelerator
+from accel.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+config = {"zero_optimization": {"stage": 2},
+          "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "torch_adam": True}},
+          "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                       "warmup_num_steps": "auto"}}}
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), cpu=True)
+model = torch.nn.Linear(4, 1)
+optimizer = DummyOptim(model.parameters(), lr=0.1, weight_decay=0.01)
+scheduler = DummyScheduler(optimizer, warmup_num_steps=2)
+loader = torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4)
+model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+rates = []
+for x in loader:
+    accelerator.backward(model(x).pow(2).mean())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    rates.append(scheduler.get_last_lr()[0])
+built = accelerator.deepspeed_config
+print("RESULT", [type(optimizer).__name__, type(scheduler).__name__, type(optimizer.optimizer.optimizer).__name__,
+                 built["optimizer"]["params"], built["scheduler"]["params"], rates])
+"""
+
+
+def test_dummy_optimizer_and_scheduler_build_the_jsons_with_their_values() -> None:
+    """DummyOptim/DummyScheduler: DeepSpeed builds the JSON's AdamW and WarmupLR, their "auto" filled from the script."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "ACCELERATE_", "RANK", "LOCAL_RANK"))}
+    done = subprocess.run([sys.executable, "-c", DUMMIES], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wrapper, scheduler, inner, optimizer_params, scheduler_params, rates = ast.literal_eval(
+        done.stdout.split("RESULT")[-1].strip())
+    assert (wrapper, scheduler, inner) == ("DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper", "AdamW")
+    assert (optimizer_params["lr"], optimizer_params["weight_decay"]) == (0.1, 0.01)
+    assert scheduler_params == {"warmup_min_lr": 0, "warmup_max_lr": 0.1, "warmup_num_steps": 2}
+    assert rates[0] < rates[-1] == pytest.approx(0.1)  # the engine stepped the warmup
