@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # explicit re-exports, so that type checkers see the lazy nam
     from accel.checkpointing import ProjectConfiguration as ProjectConfiguration
     from accel.data.configuration import DataLoaderConfiguration as DataLoaderConfiguration
     from accel.data.skipping import skip_first_batches as skip_first_batches
+    from accel.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.distributed.partial_state import AcceleratorState as AcceleratorState
     from accel.distributed.partial_state import PartialState as PartialState
     from accel.distributed.types import DistributedType as DistributedType
@@ -71,6 +72,7 @@ _EXPORTS = {
     "ThroughputKwargs": "accel.kwargs_handlers",
     "LossSpikeError": "accel.monitoring",
     "FullyShardedDataParallelPlugin": "accel.fsdp",
+    "DeepSpeedPlugin": "accel.deepspeed",
     "ParallelismConfig": "accel.parallel.config",
     "synchronize_rng_states": "accel.training.seeding",
     "is_rich_available": "accel.utils",
@@ -92,8 +94,6 @@ _FORWARDED = {
 is installed, else stand-ins that raise ImportError naming the install (accel/_accelerate_names.py)."""
 
 _REFUSED = {
-    "DeepSpeedPlugin": "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 "
-    "(fsdp_plugin=), or Accelerate for DeepSpeed runs",
     "prepare_pippy": "pipeline-parallel inference is not accel's job; use Accelerate's prepare_pippy beside accel",
 }
 """Accelerate's top-level names accel does not implement: importable, and raising NotImplementedError with

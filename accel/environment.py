@@ -69,7 +69,6 @@ def check_setting_values(environ: Mapping[str, str] | None = None) -> None:
 
 
 _ACCELERATE_FEATURES = {
-    "ACCELERATE_USE_DEEPSPEED": "DeepSpeed, which accel does not run; shard with FSDP2 instead (--use_fsdp, docs/fsdp.md)",
     "ACCELERATE_USE_MEGATRON_LM": "Megatron-LM, which accel does not run",
     "ACCELERATE_USE_SAGEMAKER": "SageMaker's launcher, which accel does not support",
 }
@@ -82,7 +81,7 @@ def _truthy(text: str) -> bool:
 
 
 def check_accelerate_launch(environ: Mapping[str, str]) -> None:
-    """Refuse what `accelerate launch` asked for that accel cannot honour, naming the variable: DeepSpeed,
+    """Refuse what `accelerate launch` asked for that accel cannot honour, naming the variable:
     Megatron-LM, Accelerate's FP8 variables (accel reads its
     own ACCEL_FP8_*), and MPI-started processes (accel joins the processes torchrun describes)."""
     for variable, feature in _ACCELERATE_FEATURES.items():

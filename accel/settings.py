@@ -61,6 +61,10 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
     TextKind,
     parse_bool,  # noqa: F401 - importable from here, as before the kinds had their own module
 )
+from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
+from accel.settings_deepspeed import DEEPSPEED_SECTION
+from accel.settings_deepspeed import TABLE as DEEPSPEED_TABLE
+from accel.settings_deepspeed import USE_HELP as DEEPSPEED_USE_HELP
 
 ENV_PREFIX = "ACCEL_"
 ACCELERATE_PREFIX = "ACCELERATE_"
@@ -105,6 +109,8 @@ class Setting:
     def accelerate_env_var(self) -> str | None:
         """The variable through which `accelerate launch` hands this setting to a script, where Accelerate's
         Accelerator reads one: ACCELERATE_<NAME>, or for an fsdp_config key FSDP's own FSDP_<KEY>."""
+        if self.name in ACCELERATE_DEEPSPEED_SPELLINGS:
+            return ACCELERATE_DEEPSPEED_SPELLINGS[self.name]
         if self.name not in _ACCELERATE_NAMES:
             return None
         if self.section == FSDP_SECTION:
@@ -379,13 +385,20 @@ PARALLELISM_SETTINGS = tuple(
 )
 """ParallelismConfig's sizes: any one set builds a device mesh (docs/distributed.md)."""
 PARALLELISM_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in PARALLELISM_SETTINGS}
+USE_DEEPSPEED = Setting("use_deepspeed", BoolKind(), False, help=DEEPSPEED_USE_HELP)
+DEEPSPEED_OPTION_SETTINGS = tuple(Setting(key, kind, default, keyword=field, help=text, section=DEEPSPEED_SECTION)
+                                  for key, (kind, default, field, text) in DEEPSPEED_TABLE.items())
+"""The deepspeed_config keys (accel/settings_deepspeed.py); keyword is the DeepSpeedPlugin field."""
+DEEPSPEED_SETTINGS = (USE_DEEPSPEED, *DEEPSPEED_OPTION_SETTINGS)
+DEEPSPEED_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in DEEPSPEED_OPTION_SETTINGS}
 _ACCELERATE_NAMES = frozenset(setting.name for setting in (
     MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, *DYNAMO_SETTINGS, *FSDP_SETTINGS, *PARALLELISM_SETTINGS
 ))
 """The settings Accelerate's Accelerator also reads from the environment (under `accelerate_env_var`)."""
 _ACCELERATE_FSDP_SPELLINGS = {"fsdp_transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP"}
 """Where Accelerate's FSDP variable is not the fsdp_config key in capitals."""
-ALL_SETTINGS = TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS + PARALLELISM_SETTINGS
+ALL_SETTINGS = (TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS + PARALLELISM_SETTINGS
+                + DEEPSPEED_SETTINGS)
 SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
 FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
 assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"

@@ -136,12 +136,13 @@ def test_each_accelerate_variable_derives_from_the_setting_name() -> None:
     assert settings.FSDP_SETTINGS_BY_KEY["fsdp_offload_params"].accelerate_env_var == "FSDP_OFFLOAD_PARAMS"
     assert settings.NUM_PROCESSES.accelerate_env_var is None  # the launcher's layout is torchrun's RANK/WORLD_SIZE
     assert settings.SCHEDULER_PER_OPTIMIZER_STEP.accelerate_env_var is None
+    assert settings.DEEPSPEED_SETTINGS_BY_KEY["zero_stage"].accelerate_env_var == "ACCELERATE_DEEPSPEED_ZERO_STAGE"
 
 
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("ACCELERATE_USE_DEEPSPEED", "true", "DeepSpeed"),
+        ("ACCELERATE_USE_MEGATRON_LM", "true", "Megatron-LM"),
         ("ACCELERATE_FP8_BACKEND", "TE", "does not read Accelerate's FP8 variables"),
         ("OMPI_COMM_WORLD_SIZE", "2", "started by MPI"),
     ],

@@ -27,10 +27,11 @@ from accel.accelerator.synchronizing import SyncMixin
 from accel.accelerator.tracking_methods import TrackingMixin
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
-from accel.backends.registry import create_backend
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import check_dataloader_config
 from accel.data.skipping import skip_first_batches
+from accel.deepspeed import DeepSpeedPlugin
+from accel.deepspeed import options as ds_options
 from accel.distributed import process_group as distributed
 from accel.distributed import stall_marks
 from accel.distributed.partial_state import AcceleratorState
@@ -117,6 +118,7 @@ class Accelerator(
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+        deepspeed_plugin: DeepSpeedPlugin | None = None,
         parallelism_config: ParallelismConfig | None = None,
         torch_tp_plugin: TorchTensorParallelPlugin | None = None,
         activation_checkpointing: bool | str | Sequence[str] | None = None,
@@ -127,13 +129,18 @@ class Accelerator(
         check_dataloader_config(self.dataloader_config)
         plugin = options.accumulation_plugin(gradient_accumulation_plugin, gradient_accumulation_steps)
         self.handlers = options.with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
+        self.deepspeed_plugin = ds_options.resolve_plugin(deepspeed_plugin, fsdp_plugin)
+        """With DeepSpeedPlugin: models train inside DeepSpeed's ZeRO engine (docs/deepspeed.md)."""
+        mixed_precision = ds_options.precision_keyword(self.deepspeed_plugin, mixed_precision)
         precision = options.setting(MIXED_PRECISION, mixed_precision, lambda arg, v: resolve_precision(v, arg))
-        steps_given = options.steps_from(plugin) or gradient_accumulation_steps
+        steps_given = ds_options.steps_keyword(self.deepspeed_plugin, options.steps_from(plugin) or gradient_accumulation_steps)
         steps = options.setting(GRADIENT_ACCUMULATION_STEPS, steps_given, options.positive_int)
         self.gradient_accumulation_plugin = plugin or GradientAccumulationPlugin(num_steps=steps)
         use_cpu = options.setting(USE_CPU, options.forced_cpu(cpu), check_bool)
         self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
-        self.precision: PrecisionBackend = create_backend(precision, self.process_state.device, self.handlers)
+        self.precision: PrecisionBackend = options.precision_backend(
+            precision, self.process_state.device, self.handlers, self.deepspeed_plugin, parallelism_config, dynamo_backend
+        )
         self.quantizer: Quantizer | None = create_quantizer(
             self.handlers,
             self.precision,  # type: ignore[arg-type]  # _Precision wants instance attributes; a backend's are class-level
@@ -149,7 +156,7 @@ class Accelerator(
         """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
         self.strategy: ParallelStrategy = options.strategy(
             self.fsdp_plugin, self.process_state, self.precision, self.handlers, self.parallelism_config,
-            self.torch_device_mesh,
+            self.torch_device_mesh, self.deepspeed_plugin,
         )
         """How prepared models are spread over the processes (DDP, FSDP2, HSDP, TP), chosen here once."""
         self.activation_checkpointing: bool | tuple[str, ...] = options.setting(
@@ -160,6 +167,7 @@ class Accelerator(
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(
             self.process_state, self.precision.name, fsdp_plugin=self.fsdp_plugin, dynamo_plugin=self.dynamo_plugin,
+            deepspeed_plugin=self.deepspeed_plugin,
             parallelism_config=self.parallelism_config, device_mesh=self.torch_device_mesh,
         )
         """Accelerate's AcceleratorState: this process's place, device and precision."""
@@ -264,10 +272,9 @@ class Accelerator(
             )
         if self.spike_detector is not None:
             self.spike_detector.observe(loss, self.gradient_state.sync_gradients)
-        steps = self.gradient_state.num_steps
         marked = stall_marks.enter(_BACKWARD)  # DDP all-reduces gradients in backward: a wait `accel launch` watches
         try:
-            self.precision.backward(loss / steps if steps > 1 else loss, **kwargs)
+            self.strategy.backward(loss, self.gradient_state, **kwargs)
         finally:
             if marked:
                 stall_marks.leave()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from accel._validation import check_bool, check_int
 from accel.backends.base import PrecisionBackend
+from accel.backends.registry import create_backend
 from accel.data.configuration import DataLoaderConfiguration
 from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
@@ -212,15 +213,32 @@ def fsdp_plugin(plugin: Any, precision: PrecisionBackend, quantizer: Any) -> Any
     return plugin
 
 
+def precision_backend(
+    name: str, device: Any, handlers: Handlers, deepspeed: Any, parallelism: Any, dynamo_backend: str | None
+) -> PrecisionBackend:
+    """The precision's backend; under DeepSpeed the one naming what its engine runs (checked against its JSON,
+    refusing what cannot run inside the engine: accel.deepspeed.options.backend)."""
+    if deepspeed is None:
+        return create_backend(name, device, handlers)
+    from accel.deepspeed.options import backend
+
+    return backend(deepspeed, name, device, handlers, quantized=handlers.has(BitsandbytesKwargs),
+                   parallelism=parallelism, dynamo_backend=dynamo_backend)
+
+
 def strategy(
     plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
-    parallelism: Any = None, mesh: Any = None,
+    parallelism: Any = None, mesh: Any = None, deepspeed: Any = None,
 ) -> ParallelStrategy:
     """The one place where the parallelism is chosen: tensor parallelism when the ParallelismConfig
     (`accel.parallel.layout.resolve`) has tp_size > 1 (with FSDP2 over the data-parallel dimensions when
     `plugin` is given: 2-D); else FSDP2 with a plugin (checked by `fsdp_plugin`), over the mesh's
     (dp_replicate, dp_shard_cp) dimensions when there is a mesh (2-D: HSDP); else data parallelism (one
-    process, or DDP over several)."""
+    process, or DDP over several). With a DeepSpeedPlugin: DeepSpeed's engine (accel.deepspeed)."""
+    if deepspeed is not None:
+        from accel.deepspeed.strategy import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(process_state, cast("Any", precision), handlers, deepspeed)
     if parallelism is not None and parallelism.tp_enabled:
         return _tensor_parallel(process_state, precision, handlers, mesh, plugin, parallelism)
     if plugin is None:

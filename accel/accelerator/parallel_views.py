@@ -11,6 +11,19 @@ class ParallelViewsMixin:
 
     parallelism_config: Any
     torch_device_mesh: Any
+    strategy: Any
+
+    @property
+    def deepspeed_engine_wrapped(self) -> Any:
+        """Under DeepSpeed, the DeepSpeedEngineWrapper of the prepared model (None before prepare or without it)."""
+        return getattr(self.strategy, "engine", None)
+
+    @property
+    def deepspeed_config(self) -> Any:
+        """Under DeepSpeed, the config its engine was built with (the plugin's before prepare); else None."""
+        built = getattr(self.strategy, "config", None)
+        plugin = getattr(self.strategy, "plugin", None)
+        return built if built is not None else getattr(plugin, "deepspeed_config", None)
 
     def _rank_in(self, dimension: str, what: str) -> int:
         if self.parallelism_config is None:

@@ -70,6 +70,9 @@ class PrepareMixin:
         """
         self.state.check_not_reset()
         placements = options.placements(device_placement, len(objects))
+        if self.strategy.prepares_together:  # DeepSpeed: the model, optimizer and scheduler in one engine
+            prepared_together = self.strategy.prepare_objects(self, objects, placements)
+            return prepared_together[0] if len(prepared_together) == 1 else tuple(prepared_together)
         given_optimizers = [obj for obj in objects if isinstance(obj, torch.optim.Optimizer)]
         models = [obj for obj in objects if isinstance(obj, nn.Module)]
         self.precision.check_masters(models, [*given_optimizers, *(o.optimizer for o in self.prepared.optimizers)])
@@ -104,6 +107,8 @@ class PrepareMixin:
         """
         if any(model is prepared for prepared in self.prepared.models):
             return model
+        if self.strategy.prepares_together and not evaluation_mode:
+            return self.strategy.prepare_objects(self, [model], [device_placement])[0]
         place = self._placement(device_placement)
         names = self.strategy.parameter_names(model)  # before conversion, which may replace Parameters
         state = self.process_state
@@ -135,6 +140,9 @@ class PrepareMixin:
         """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        if self.strategy.prepares_together:
+            raise ValueError("prepare_optimizer under DeepSpeed: the engine builds the model and its optimizer "
+                             "together; call accelerator.prepare(model, optimizer, ...) in one call.")
         existing = prepare_checks.existing_wrapper(self.prepared.optimizers, optimizer)
         if existing is not None:
             return existing

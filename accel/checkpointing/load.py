@@ -15,7 +15,6 @@ from accel.checkpointing.hooks import models_loaded_by_accel
 from accel.checkpointing.manifest import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from accel.checkpointing.naming import leftover_of, numbered_checkpoints
 from accel.checkpointing.project import check_folder
-from accel.checkpointing.sharded_load import read_shards
 from accel.checkpointing.training_state import apply, stage
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ def load_state(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | 
     staged = agree(accelerator, lambda: stage(accelerator, folder, manifest, label, models), "load_state")
     shards = None  # read only once every process has staged the rest: torch's reading is collective
     if staged.sharded:
-        shards = agree(accelerator, lambda: read_shards(accelerator, folder, models, label), "load_state")
+        shards = agree(accelerator, lambda: accelerator.strategy.read_shards(accelerator, folder, models, label), "load_state")
     apply(accelerator, staged, label, shards)
     accelerator.project_configuration.iteration = max(accelerator.project_configuration.iteration, manifest.iteration + 1)
     return folder

@@ -22,7 +22,6 @@ from accel.checkpointing.participation import GRACE_SECONDS, late_folder, partic
 from accel.checkpointing.project import check_folder
 from accel.checkpointing.safetensors_io import require_safetensors_writer
 from accel.checkpointing.serialization import save_tensors, save_torch
-from accel.checkpointing.sharded import write_shards
 from accel.checkpointing.training_state import Snapshot, collect
 from accel.checkpointing.visibility import confirm_visible
 from accel.checkpointing.writer import (
@@ -103,7 +102,7 @@ def _publish_sharded(
     on every process, or by the next save once its writer is dead)."""
     target, iteration, automatic, temp = on_main(accelerator, lambda: _open(accelerator, output_dir), "save_state")
     try:
-        written = agree_all(accelerator, lambda: write_shards(accelerator, temp), "save_state")
+        written = agree_all(accelerator, lambda: accelerator.strategy.write_shards(accelerator, temp), "save_state")
         on_main(
             accelerator, lambda: _finish(accelerator, snapshot, iteration, temp, target, automatic, written), "save_state"
         )

@@ -48,9 +48,10 @@ def refuse_inside_window(accelerator: CheckpointHost) -> None:
     state = accelerator.gradient_state
     if accelerator.strategy.shards_parameters and state.step != 0:
         raise ValueError(
-            f"save_state with fsdp_plugin was called inside a gradient accumulation window (micro-batch "
-            f"{state.step} of {state.num_steps}), where FSDP's accumulated gradients are not sharded yet and cannot "
-            "be saved. Call save_state after the optimizer step of a window, when accelerator.sync_gradients is True."
+            f"save_state under sharded training ({accelerator.strategy.name}) was called inside a gradient accumulation "
+            f"window (micro-batch {state.step} of {state.num_steps}), where the "
+            "accumulated gradients are partial sums no process holds whole, which cannot be saved. Call save_state after "
+            "the optimizer step of a window, when accelerator.sync_gradients is True."
         )
 
 

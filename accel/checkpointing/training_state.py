@@ -37,11 +37,8 @@ from accel.checkpointing.sharded import (
 )
 from accel.checkpointing.sharded_load import (
     METADATA,
-    apply_shards,
-    check_shard_files,
     fsdp_problems,
     load_optimizer,
-    shape_problems,
 )
 
 if TYPE_CHECKING:
@@ -134,9 +131,9 @@ def stage(accelerator: CheckpointHost, folder: Path, manifest: Manifest, label: 
     _raise_if(label, problems or _missing_files(accelerator, manifest, models))
     sharded = is_sharded_checkpoint(manifest)
     if sharded:
-        check_shard_files(folder, manifest, label)
-    check_weights = shape_problems if sharded else _weight_problems
-    _raise_if(label, check_weights(accelerator, folder, models, label))
+        _raise_if(label, accelerator.strategy.shard_problems(accelerator, folder, manifest, models, label))
+    else:
+        _raise_if(label, _weight_problems(accelerator, folder, models, label))
     objects = {name: load_torch(folder / name, label) for name in _object_files(accelerator, manifest)}
     problems = []
     for index in range(0 if sharded else len(accelerator.prepared.optimizers)):
@@ -171,7 +168,7 @@ def apply(accelerator: CheckpointHost, staged: Staged, label: str, shards: dict[
             obj.load_state_dict(objects[layout.custom_file(index)])
     if shards is not None:
         with restoring(label, "the models and optimizers", layout.SHARDS_DIR):
-            apply_shards(accelerator, shards, staged.models)
+            accelerator.strategy.apply_shards(accelerator, shards, staged.models)
     else:
         _apply_files(accelerator, staged, label)
     for index, scheduler in enumerate(accelerator.prepared.schedulers):

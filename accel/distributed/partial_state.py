@@ -122,6 +122,8 @@ class PartialState:
         """FSDP when models are sharded; else NO in a single process, MULTI_CPU, MULTI_GPU, ... by the device."""
         if getattr(self, "fsdp_plugin", None) is not None:
             return DistributedType.FSDP
+        if getattr(self, "deepspeed_plugin", None) is not None:
+            return DistributedType.DEEPSPEED
         return distributed_type_of(self._process)
 
     @property
@@ -279,8 +281,8 @@ class AcceleratorState(PartialState):
     Accelerator, with its precision.
     """
 
-    deepspeed_plugin: None = None
-    """accel has no DeepSpeed; None, as in an Accelerate run without it."""
+    deepspeed_plugin: Any = None
+    """The DeepSpeedPlugin when the Accelerator trains through DeepSpeed, else None."""
     fsdp_plugin: Any = None
     """The FSDP plugin when the Accelerator shards with FSDP, else None."""
     dynamo_plugin: Any = None

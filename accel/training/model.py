@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -115,6 +116,12 @@ def restore_forward(model: nn.Module) -> None:
         model.forward = original
 
 
+def _is_deepspeed_engine(model: nn.Module) -> bool:
+    """Whether `model` is DeepSpeed's engine (checked only where deepspeed was imported, which building one does)."""
+    deepspeed = sys.modules.get("deepspeed")
+    return deepspeed is not None and isinstance(model, deepspeed.DeepSpeedEngine)
+
+
 def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
     """The user's model inside torch.compile, DDP and DataParallel; compiled again when kept.
 
@@ -129,8 +136,8 @@ def unwrap_model(model: nn.Module, *, keep_fp32_wrapper: bool = True, keep_torch
     compiled = model if is_compiled(model) else None
     if compiled is not None:
         model = compiled._orig_mod  # type: ignore[assignment]  # a compiled module's _orig_mod is a Module
-    while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module
+    while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) or _is_deepspeed_engine(model):
+        model = cast(nn.Module, model.module)
     if not keep_fp32_wrapper:
         restore_forward(model)
     if not keep_torch_compile or compiled is None:

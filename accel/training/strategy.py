@@ -25,6 +25,11 @@ from accel.kwargs_handlers import DistributedDataParallelKwargs, Handlers
 from accel.training.model import wrap_for_processes
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from accel.checkpointing.host import CheckpointHost
+    from accel.checkpointing.manifest import Manifest
+    from accel.training.gradient_state import GradientState
     from accel.training.optimizer import AcceleratedOptimizer
 
 
@@ -41,6 +46,8 @@ class ParallelStrategy:
     """
 
     name: ClassVar[str] = "data_parallel"
+    prepares_together: ClassVar[bool] = False
+    """True when a model, its optimizer and scheduler must be prepared in one call (`prepare_objects`: DeepSpeed)."""
     shards_parameters: ClassVar[bool] = False
     """True when each process holds only shards of the parameters: optimizer states are then saved by
     parameter name, and the gradients of an accumulation window cannot be saved (no process has them whole)."""
@@ -84,7 +91,16 @@ class ParallelStrategy:
     def retarget_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[nn.Module]) -> None:
         """Point `optimizer`, built before its model was prepared, at the parameters that train (they are the same here)."""
 
+    def prepare_objects(self, accelerator: Any, objects: Sequence[Any], placements: Sequence[bool | None]) -> list[Any]:
+        """Prepare everything of one `prepare` call at once (only where `prepares_together`)."""
+        raise NotImplementedError(f"{type(self).__name__} prepares objects one by one")
+
     # ----------------------------------------------------------------- training step
+    def backward(self, loss: torch.Tensor, gradient_state: GradientState, **kwargs: Any) -> None:
+        """Backpropagate `loss` divided by the accumulation steps, through the precision (loss scaling)."""
+        steps = gradient_state.num_steps
+        self.precision.backward(loss / steps if steps > 1 else loss, **kwargs)
+
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
         """Skip the gradient all-reduce inside the block (nothing to skip in one process)."""
         if isinstance(model, nn.parallel.DistributedDataParallel):
@@ -110,3 +126,33 @@ class ParallelStrategy:
     def load_full_weights(self, model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
         """Copy full weights into `model` (names checked before); tied weights saved once fill every name."""
         model.load_state_dict(weights, strict=False)
+
+    # ----------------------------------------------------------------- sharded checkpoints (sharded_checkpoints)
+    def write_shards(self, accelerator: CheckpointHost, folder: Path) -> dict[str, int]:
+        """Every process writes its shards into `folder/shards`; returns the files it wrote and their sizes."""
+        from accel.checkpointing.sharded import write_shards
+
+        return write_shards(accelerator, folder)
+
+    def shard_problems(
+        self, accelerator: CheckpointHost, folder: Path, manifest: Manifest, models: list[int], label: str
+    ) -> list[str]:
+        """What keeps a sharded checkpoint's shards from loading here (raises for unreadable files)."""
+        from accel.checkpointing.sharded_load import check_shard_files, shape_problems
+
+        if (manifest.fsdp or {}).get("engine") == "deepspeed":
+            return ["it holds DeepSpeed's ZeRO checkpoint, which only a run with deepspeed_plugin loads"]
+        check_shard_files(folder, manifest, label)
+        return shape_problems(accelerator, folder, models, label)
+
+    def read_shards(self, accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> dict[str, Any]:
+        """This process's shards, read (collectively) before anything is changed."""
+        from accel.checkpointing.sharded_load import read_shards
+
+        return read_shards(accelerator, folder, models, label)
+
+    def apply_shards(self, accelerator: CheckpointHost, state: dict[str, Any], models: list[int]) -> None:
+        """Put what `read_shards` read into the models and optimizers."""
+        from accel.checkpointing.sharded_load import apply_shards
+
+        apply_shards(accelerator, state, models)

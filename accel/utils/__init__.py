@@ -64,6 +64,14 @@ from accel.availability import (
     str_to_bool,
 )
 from accel.data.skipping import skip_first_batches
+from accel.deepspeed import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    DeepSpeedPlugin,
+    DeepSpeedSchedulerWrapper,
+    DummyOptim,
+    DummyScheduler,
+)
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
 from accel.parallel.config import ParallelismConfig
@@ -144,6 +152,12 @@ __all__ = [
     "DistributedType",
     "DynamoBackend",
     "FP8RecipeKwargs",
+    "DeepSpeedEngineWrapper",
+    "DeepSpeedOptimizerWrapper",
+    "DeepSpeedPlugin",
+    "DeepSpeedSchedulerWrapper",
+    "DummyOptim",
+    "DummyScheduler",
     "FullyShardedDataParallelPlugin",
     "ParallelismConfig",
     "GradScalerKwargs",
@@ -259,13 +273,16 @@ _BIG_MODEL = frozenset({
 forwarded when accelerate is installed, else stand-ins that raise ImportError naming the install when used."""
 _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
-_DEEPSPEED = "DeepSpeed brings its own engine, optimizer and checkpoint format; use DDP or FSDP2 (fsdp_plugin=)"
+_DEEPSPEED = ("DeepSpeed's sequence parallelism, parameter gathering, transformers' ZeRO 3 init hook and several plugins "
+              "are not provided (DeepSpeedPlugin is: docs/deepspeed.md)")
 _N_D = ("context parallelism is not provided (torch runs its ring attention only in CUDA attention kernels); "
         "DDP, FSDP2, HSDP and tensor parallelism are (ParallelismConfig)")
 _REFUSED = {
-    "DeepSpeedPlugin": _DEEPSPEED,
     "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
+    "HfDeepSpeedConfig": _DEEPSPEED,
+    "get_active_deepspeed_plugin": _DEEPSPEED,
+    "map_pytorch_optim_to_deepspeed": "accel keeps the script's optimizer under DeepSpeed's CPU offload (docs/deepspeed.md)",
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
     "TorchContextParallelConfig": _N_D,
     "BnbQuantizationConfig": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) (docs/quantization.md)",

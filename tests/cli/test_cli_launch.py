@@ -8,9 +8,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from accel.cli.config.file import load_config
+import pytest
+
+from accel.cli.config.file import ConfigFile, load_config
+from accel.cli.errors import CliError
 from accel.cli.launch.children import torchrun_command
-from accel.cli.launch.plan import LaunchPlan
+from accel.cli.launch.plan import LaunchPlan, plan_launch
 
 
 def reports(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -187,17 +190,37 @@ def test_accelerate_config_asking_for_what_accel_does_not_run_is_refused(run_acc
     )
 
 
-def test_accelerate_deepspeed_config_is_refused_before_any_process(run_accel, show_env_script: Path,
-                                                                   tmp_path: Path) -> None:
+def test_accelerate_deepspeed_config_becomes_use_deepspeed_with_its_options(tmp_path: Path) -> None:
     config = tmp_path / "accelerate.yaml"
-    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n"
-                      "deepspeed_config:\n  zero_stage: 3\n")
-    result = run_accel("launch", "--config_file", str(config), str(show_env_script))
-    assert result.returncode == 2 and result.stdout == ""
-    line = result.stderr.strip()
-    assert len(line.splitlines()) == 1 and "Traceback" not in line
-    assert "distributed_type=DEEPSPEED (accel runs NO, MULTI_CPU, MULTI_GPU and FSDP;" in line
-    assert "deepspeed_config (accel does not run DeepSpeed; distributed_type: FSDP shards like ZeRO-3)" in line
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\nuse_cpu: true\n"
+                      "deepspeed_config:\n  zero_stage: 3\n  offload_param_device: cpu\n  gradient_accumulation_steps: 2\n"
+                      "  deepspeed_multinode_launcher: standard\n")
+    values = load_config(config, "accel launch")
+    assert (values["use_deepspeed"], values["zero_stage"], values["offload_param_device"]) == (True, 3, "cpu")
+    assert values["gradient_accumulation_steps"] == 2
+    env = plan_launch({}, ConfigFile(config, "flag", values, True), "accel launch", lambda: 0, 2).env
+    assert (env["ACCEL_USE_DEEPSPEED"], env["ACCEL_ZERO_STAGE"], env["ACCEL_GRADIENT_ACCUMULATION_STEPS"]) == ("true", "3", "2")
+
+
+def test_accelerate_deepspeed_keys_accel_cannot_honour_are_refused_before_any_process(tmp_path: Path) -> None:
+    config = tmp_path / "accelerate.yaml"
+    config.write_text("distributed_type: DEEPSPEED\nnum_processes: 2\nuse_cpu: true\n"
+                      "deepspeed_config:\n  zero_stage: 2\n  deepspeed_hostfile: /etc/hosts\n  gradient_accumulation_steps: 4\n"
+                      "gradient_accumulation_steps: 2\n")
+    with pytest.raises(CliError, match="gradient_accumulation_steps: 2 and deepspeed_config.gradient_accumulation_steps: 4"):
+        load_config(config, "accel launch")
+    config.write_text("distributed_type: DEEPSPEED\nnum_processes: 2\nuse_cpu: true\n"
+                      "deepspeed_config:\n  zero_stage: 2\n  deepspeed_hostfile: /etc/hosts\n")
+    with pytest.raises(CliError, match="deepspeed_config.deepspeed_hostfile"):
+        load_config(config, "accel launch")
+
+
+def test_deepspeed_flags_need_use_deepspeed_and_exclude_fsdp(tmp_path: Path) -> None:
+    empty = ConfigFile(tmp_path / "none.yaml", "default", {}, False)
+    with pytest.raises(CliError, match="--zero_stage set DeepSpeed options"):
+        plan_launch({"zero_stage": 2}, empty, "accel launch", lambda: 0, 2)
+    with pytest.raises(CliError, match="use_deepspeed and use_fsdp"):
+        plan_launch({"use_deepspeed": True, "use_fsdp": True}, empty, "accel launch", lambda: 0, 2)
 
 
 def test_accelerate_restart_keys_are_honoured(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ from accel.settings import (
     BNB_SECTION,
     BNB_SETTINGS,
     BNB_SETTINGS_BY_KEY,
+    DEEPSPEED_OPTION_SETTINGS,
+    DEEPSPEED_SECTION,
+    DEEPSPEED_SETTINGS_BY_KEY,
     DYNAMO_SECTION,
     DYNAMO_SETTINGS,
     DYNAMO_SETTINGS_BY_KEY,
@@ -35,16 +38,18 @@ from accel.settings import (
     PARALLELISM_SETTINGS,
     PARALLELISM_SETTINGS_BY_KEY,
     TOP_LEVEL_SETTINGS,
+    USE_DEEPSPEED,
     USE_FSDP,
     Setting,
 )
 
-_TOP_LEVEL = {setting.yaml_key: setting for setting in (*TOP_LEVEL_SETTINGS, USE_FSDP)}
+_TOP_LEVEL = {setting.yaml_key: setting for setting in (*TOP_LEVEL_SETTINGS, USE_FSDP, USE_DEEPSPEED)}
 _SECTIONS: dict[str, tuple[str, dict[str, Setting]]] = {
     FSDP_SECTION: ("FSDP options (Accelerate's fsdp_* keys)", FSDP_SETTINGS_BY_KEY),
     BNB_SECTION: ("BitsandbytesKwargs fields", BNB_SETTINGS_BY_KEY),
     DYNAMO_SECTION: ("torch.compile settings (Accelerate's dynamo_* keys)", DYNAMO_SETTINGS_BY_KEY),
     PARALLELISM_SECTION: ("ParallelismConfig sizes (Accelerate's parallelism_config_* keys)", PARALLELISM_SETTINGS_BY_KEY),
+    DEEPSPEED_SECTION: ("DeepSpeed options (Accelerate's deepspeed_config keys)", DEEPSPEED_SETTINGS_BY_KEY),
 }
 """Mappings of config.yaml read key by key through their settings: what each holds, and its settings by key."""
 
@@ -187,10 +192,11 @@ def to_yaml_data(values: Mapping[str, Any]) -> dict[str, Any]:
     recipe = {s.yaml_key: _plain(values[s.name]) for s in FP8_SETTINGS if s.name in values}
     if recipe:
         data[FP8_SECTION] = recipe
-    if values.get(USE_FSDP.name) is not None:
-        data[USE_FSDP.yaml_key] = values[USE_FSDP.name]
+    for switch in (USE_FSDP, USE_DEEPSPEED):
+        if values.get(switch.name) is not None:
+            data[switch.yaml_key] = values[switch.name]
     sections = ((DYNAMO_SECTION, DYNAMO_SETTINGS), (FSDP_SECTION, FSDP_OPTION_SETTINGS), (BNB_SECTION, BNB_SETTINGS),
-                (PARALLELISM_SECTION, PARALLELISM_SETTINGS))
+                (PARALLELISM_SECTION, PARALLELISM_SETTINGS), (DEEPSPEED_SECTION, DEEPSPEED_OPTION_SETTINGS))
     for section, settings in sections:
         mapping = {s.yaml_key: _plain(values[s.name]) for s in settings if values.get(s.name) is not None}
         if mapping:

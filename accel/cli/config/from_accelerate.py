@@ -3,11 +3,12 @@
 Accelerate's keys that accel shares (mixed_precision, num_processes, ...) and its FP8 spellings
 (backend TE/MSAMP/AO, amax_history_length, amax_compute_algorithm, opt_level) pass through to
 the ordinary checks. `distributed_type: MULTI_CPU` becomes `use_cpu: true`, `FSDP` becomes
-`use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py); `parallelism_config` keeps its sizes
+`use_fsdp: true` with its fsdp_config (from_accelerate_fsdp.py), `DEEPSPEED` becomes `use_deepspeed: true` with
+its deepspeed_config; `parallelism_config` keeps its sizes
 under the same keys (accel's settings); `MULTI_GPU` or `FSDP` on a machine
 where torch sees no GPU is refused without `use_cpu: true` (it would otherwise quietly train on
 CPUs). Keys that only mean something to Accelerate are dropped silently at their do-nothing values (debug: false, ...);
-at any other value (distributed_type: DEEPSPEED, enable_cpu_affinity: true, ...) the config is refused, naming
+at any other value (distributed_type: XLA, enable_cpu_affinity: true, ...) the config is refused, naming
 each key, before anything starts: running without what it asks for would be a different run (on GPUs, an
 out-of-memory error instead of a refusal). The launcher's restart and rendezvous keys (max_restarts,
 rdzv_backend, ...) are accel's own settings and pass through.
@@ -25,15 +26,19 @@ from accel.cli.errors import CliError, warn
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.parallel.config import SP_REASON
 from accel.settings import (
+    DEEPSPEED_SECTION,
+    DEEPSPEED_SETTINGS_BY_KEY,
     DYNAMO_BACKEND,
     DYNAMO_SECTION,
     DYNAMO_SETTINGS_BY_KEY,
     FP8_SECTION,
     FP8_SETTINGS_BY_KEY,
     FSDP_SECTION,
+    GRADIENT_ACCUMULATION_STEPS,
     PARALLELISM_SECTION,
     PARALLELISM_SETTINGS_BY_KEY,
     TOP_LEVEL_SETTINGS,
+    USE_DEEPSPEED,
     USE_FSDP,
 )
 
@@ -62,6 +67,7 @@ _INERT: dict[str, tuple[Any, ...]] = {
 
 _DISTRIBUTED_TYPES: dict[str, dict[str, Any]] = {
     "NO": {}, "MULTI_GPU": {}, "MULTI_CPU": {"use_cpu": True}, "FSDP": {USE_FSDP.name: True},
+    "DEEPSPEED": {USE_DEEPSPEED.name: True},
 }
 """distributed_type values accel runs, and the settings each implies (over the file's own, as in Accelerate)."""
 
@@ -89,8 +95,8 @@ def translate(
     dropped: list[str] = []
     implied: dict[str, Any] = {}
     for key, value in data.items():
-        if key in (FSDP_SECTION, PARALLELISM_SECTION):
-            continue  # translate_fsdp and _translate_parallelism read them
+        if key in (FSDP_SECTION, PARALLELISM_SECTION, DEEPSPEED_SECTION):
+            continue  # translate_fsdp, _translate_parallelism and _translate_deepspeed read them
         if key in _ACCEL_KEYS:
             result[key] = value
         elif key == "distributed_type" and str(value).upper() in _DISTRIBUTED_TYPES:
@@ -106,6 +112,7 @@ def translate(
     if fsdp:
         result[FSDP_SECTION] = fsdp
     _translate_parallelism(data, result, dropped, path)
+    _translate_deepspeed(data, result, dropped, path)
     if fsdp_note:
         warn(command, f"{path}: {fsdp_note}")
     if dropped:
@@ -118,9 +125,7 @@ def translate(
 
 
 _HINTS = {
-    "distributed_type": "accel runs NO, MULTI_CPU, MULTI_GPU and FSDP; for sharding like DeepSpeed's ZeRO-3 use "
-    "distributed_type: FSDP",
-    "deepspeed_config": "accel does not run DeepSpeed; distributed_type: FSDP shards like ZeRO-3",
+    "distributed_type": "accel runs NO, MULTI_CPU, MULTI_GPU, FSDP and DEEPSPEED",
     "enable_cpu_affinity": "accel does not pin processes to CPU cores",
 }
 """What to do instead, for the keys users meet most."""
@@ -177,6 +182,38 @@ def _translate_dynamo(data: Mapping[Any, Any], result: dict[str, Any], dropped: 
         result[DYNAMO_SECTION] = kept
     elif DYNAMO_SECTION in result:
         result[DYNAMO_SECTION] = None
+
+
+_DEEPSPEED_LAUNCHER_KEYS: dict[str, tuple[Any, ...]] = {
+    "deepspeed_multinode_launcher": ("standard",), "deepspeed_hostfile": (None, ""),
+    "deepspeed_exclusion_filter": (None, ""), "deepspeed_inclusion_filter": (None, ""),
+    "offload_optimizer_nvme_path": (None, "none", ""), "offload_param_nvme_path": (None, "none", ""),
+}
+"""deepspeed_config keys for DeepSpeed's own launcher (accel starts processes with torchrun) or NVMe offload, at the
+values that ask for nothing."""
+
+
+def _translate_deepspeed(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str], path: Path) -> None:
+    """Keep deepspeed_config's keys accel knows (only with distributed_type: DEEPSPEED); its gradient_accumulation_steps
+    becomes the top-level one (Accelerate's launcher hands it over so), refused when the two disagree."""
+    section = data.get(DEEPSPEED_SECTION)
+    section = section if isinstance(section, Mapping) else {}
+    if section and result.get(USE_DEEPSPEED.name) is not True:
+        dropped.append(f"{DEEPSPEED_SECTION} (distributed_type is not DEEPSPEED)")
+        return
+    kept: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in DEEPSPEED_SETTINGS_BY_KEY:
+            kept[key] = value
+        elif key == GRADIENT_ACCUMULATION_STEPS.name:
+            top = result.setdefault(key, value)
+            if top != value:
+                raise CliError(f"{path}: gradient_accumulation_steps: {top} and {DEEPSPEED_SECTION}.{key}: {value} "
+                               "disagree; give one value")
+        elif value not in _DEEPSPEED_LAUNCHER_KEYS.get(str(key), ()):
+            dropped.append(_describe(f"{DEEPSPEED_SECTION}.{key}", value))
+    if kept:
+        result[DEEPSPEED_SECTION] = kept
 
 
 def _translate_parallelism(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str], path: Path) -> None:

@@ -27,6 +27,7 @@ from accel.environment import check_setting_values
 from accel.settings import (
     ALL_SETTINGS,
     BNB_SETTINGS,
+    DEEPSPEED_SETTINGS,
     DYNAMO_SETTINGS,
     FP8_SETTINGS,
     FSDP_SETTINGS,
@@ -62,6 +63,7 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     add_setting_flags(parser, FSDP_SETTINGS, "FSDP: fully sharded data parallel (override use_fsdp and fsdp_config)")
     add_setting_flags(parser, BNB_SETTINGS, "bitsandbytes quantization: any of these turns it on (override bnb_config)")
     add_setting_flags(parser, PARALLELISM_SETTINGS, "device mesh: ParallelismConfig sizes (override parallelism_config)")
+    add_setting_flags(parser, DEEPSPEED_SETTINGS, "DeepSpeed ZeRO (override use_deepspeed and deepspeed_config)")
 
 
 def run(args: argparse.Namespace) -> int:

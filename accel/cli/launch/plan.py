@@ -18,6 +18,7 @@ from accel.cli.errors import CliError, warn
 from accel.cli.launch.rendezvous import DEFAULT_PORT, check_rendezvous  # noqa: F401 - DEFAULT_PORT: the wizard's
 from accel.parallel.config import CP_REASON, check_world
 from accel.settings import (
+    DEEPSPEED_OPTION_SETTINGS,
     FP8_SETTINGS,
     FSDP_OPTION_SETTINGS,
     LAUNCHER_SETTINGS,
@@ -26,6 +27,7 @@ from accel.settings import (
     RECIPE_PRECISION,
     SETTINGS_BY_NAME,
     USE_CPU,
+    USE_DEEPSPEED,
     USE_FSDP,
     Setting,
     to_environment,
@@ -60,6 +62,7 @@ def plan_launch(
     `gpus` is called only when the answer matters (it imports torch).
     """
     values = _without_unused_fsdp(_merge(flags, config, command), flags, config, command)
+    values = _without_unused_deepspeed(values, flags, config, command)
     per_machine = _processes_per_machine(values)
     _check_parallelism(values)
     use_cpu = _decide_device(values, per_machine, gpus, command)
@@ -99,6 +102,20 @@ def _without_unused_fsdp(
         return values
     refuse_fsdp_flags(flags, use_fsdp=False)
     return _without_unread(values, config, command, FSDP_OPTION_SETTINGS, "use_fsdp is false")
+
+
+def _without_unused_deepspeed(
+    values: dict[str, Any], flags: Mapping[str, Any], config: ConfigFile, command: str
+) -> dict[str, Any]:
+    """The deepspeed_config options only with use_deepspeed (else refused as flags, or named as unused); use_deepspeed
+    with use_fsdp is refused (two engines for one model)."""
+    if values.get(USE_DEEPSPEED.name, False):
+        if values.get(USE_FSDP.name, False):
+            raise CliError("use_deepspeed and use_fsdp are both on: each shards the model with its own engine; keep one")
+        return values
+    _refuse_unread_flags(flags, DEEPSPEED_OPTION_SETTINGS, "set DeepSpeed options, which only apply with "
+                         "use_deepspeed, but use_deepspeed is false; add --use_deepspeed or drop them")
+    return _without_unread(values, config, command, DEEPSPEED_OPTION_SETTINGS, "use_deepspeed is false")
 
 
 def refuse_fsdp_flags(flags: Mapping[str, Any], use_fsdp: bool) -> None:
