@@ -7,36 +7,75 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from accel.bench.cases import REFERENCE
 from accel.bench.run import Row
 
 CSV_FIELDS: tuple[str, ...] = (
-    "case", "mode", "status", "ran", "step_ms", "cpu_ms", "tokens_per_s", "mfu", "first_step_s", "peak_mib",
+    "case", "mode", "status", "ran", "step_ms", "spread", "cpu_ms", "tokens_per_s", "mfu", "first_step_s", "peak_mib",
     "bytes_per_param", "loss", "note", "losses",
 )  # fmt: skip
 
 
+MIN_GAIN = 0.05
+"""The smallest speed-up over fp32 eager that a recommendation counts as one, on a quiet machine."""
+NOISE_FACTOR = 2.0
+"""A row must beat fp32 eager by this many times the larger of the two rows' spreads (Row.spread)."""
+BUSY_SPREAD = 0.15
+"""fp32 eager's spread above which the machine is called too busy for the step times to decide."""
+
+
 @dataclass(frozen=True)
 class Recommendation:
-    """The fastest row whose final loss is within `tolerance` (relative) of the reference's, if any."""
+    """The fastest row whose final loss is within `tolerance` (relative) of the reference's and whose
+    speed-up clears the noise of the measurements (`margin`), if any.
+
+    A row only a little faster than fp32, by less than its steps varied, is not recommended: on a
+    machine shared with other work the order of such rows changes from run to run.
+    """
 
     row: Row | None
     reference: Row | None
     tolerance: float
+    fastest: Row | None = None
+    """The fastest row within the loss tolerance, recommended or not."""
+    margin: float = MIN_GAIN
 
     def text(self) -> str:
         """One or two sentences for the end of the report."""
         if self.reference is None or self.reference.loss is None:
             return f"No recommendation: the {REFERENCE} eager row did not run, so no loss to compare with."
-        if self.row is None:
+        if self.fastest is None:
             return f"No recommendation: no row's loss is within {self.tolerance:.0%} of {REFERENCE}'s."
-        speedup = self.reference.step_ms / self.row.step_ms if self.reference.step_ms and self.row.step_ms else 1.0
+        busy = _busy(self.reference)
+        if self.row is None:
+            return (
+                f"No precision is clearly faster than {REFERENCE} eager here: the fastest, {self.fastest.case} "
+                f"({self.fastest.mode}), is {speedup(self.fastest, self.reference):.2f}x, within the noise of these "
+                f"measurements (a row must gain more than {self.margin:.0%})." + busy
+            )
         return (
-            f"Recommended: {self.row.case} ({self.row.mode}), {speedup:.2f}x the speed of {REFERENCE} eager, "
-            f"final loss {self.row.loss:.4f} against {self.reference.loss:.4f} "
-            f"(within the tolerance of {self.tolerance:.0%}; --tolerance changes it)."
+            f"Recommended: {self.row.case} ({self.row.mode}), {speedup(self.row, self.reference):.2f}x the speed of "
+            f"{REFERENCE} eager (more than the {self.margin:.0%} the step times varied by), final loss "
+            f"{self.row.loss:.4f} against {self.reference.loss:.4f} (within the tolerance of {self.tolerance:.0%}; "
+            "--tolerance changes it)." + busy
         )
+
+
+def speedup(row: Row, reference: Row) -> float:
+    """How many times faster `row` steps than `reference` (1.0 when a time is missing)."""
+    return reference.step_ms / row.step_ms if reference.step_ms and row.step_ms else 1.0
+
+
+def _busy(reference: Row) -> str:
+    spread = reference.spread or 0.0
+    if spread <= BUSY_SPREAD:
+        return ""
+    return (
+        f" The machine was busy: {REFERENCE}'s steps varied by +-{spread:.0%}, so these step times cannot "
+        "decide between close rows; run again on a quiet machine (or with OMP_NUM_THREADS=1)."
+    )
 
 
 def reference_row(rows: Sequence[Row]) -> Row | None:
@@ -51,7 +90,11 @@ def recommend(rows: Sequence[Row], tolerance: float) -> Recommendation:
         return Recommendation(None, reference, tolerance)
     close = [r for r in rows if r.status == "ran" and loss_gap(r, reference) <= tolerance]
     best = min(close, key=lambda r: r.step_ms or math.inf, default=None)
-    return Recommendation(best, reference, tolerance)
+    if best is None:
+        return Recommendation(None, reference, tolerance)
+    margin = max(MIN_GAIN, NOISE_FACTOR * max(reference.spread or 0.0, best.spread or 0.0))
+    clears = best is reference or speedup(best, reference) > 1.0 + margin
+    return Recommendation(best if clears else None, reference, tolerance, best, margin)
 
 
 def loss_gap(row: Row, reference: Row) -> float:
@@ -124,7 +167,9 @@ def _loss_range(rows: Sequence[Row]) -> tuple[float, float]:
 
 
 def write_chart(rows: Sequence[Row], path: Path, title: str) -> str | None:
-    """A PNG: tokens/s per row that ran, and each row's loss curve. Returns why not, if matplotlib is missing."""
+    """A PNG: tokens/s per row that ran (with how much its steps varied), and how each row's loss differs
+    from fp32 eager's at every step (curves that lie on top of each other say nothing; their differences
+    do). Returns why not, if matplotlib is missing."""
     try:
         import matplotlib
 
@@ -135,19 +180,46 @@ def write_chart(rows: Sequence[Row], path: Path, title: str) -> str | None:
     ran = [r for r in rows if r.status == "ran"]
     figure, (speed, losses) = plt.subplots(1, 2, figsize=(12, max(3.0, 0.4 * len(ran) + 1.5)))
     labels = [f"{r.case} ({r.mode})" for r in ran]
-    speed.barh(labels, [r.tokens_per_s or 0.0 for r in ran], color=["C0" if r.mode == "eager" else "C1" for r in ran])
+    throughput = [r.tokens_per_s or 0.0 for r in ran]
+    speed.barh(labels, throughput, xerr=[t * (r.spread or 0.0) for t, r in zip(throughput, ran, strict=True)],
+               color=["C0" if r.mode == "eager" else "C1" for r in ran])
     speed.invert_yaxis()
-    speed.set_xlabel("tokens/s (higher is faster)")
-    low, high = _loss_range(rows)
-    for label, row in zip(labels, ran, strict=True):
-        off = not all(low <= loss <= high for loss in row.losses)  # NaN too
-        losses.plot(range(1, len(row.losses) + 1), row.losses, label=label + (" (leaves the chart)" if off else ""))
-    losses.set_ylim(low, high)
+    speed.set_xlabel("tokens/s (higher is faster; the bar's line: how much the steps varied)")
+    reference = reference_row(rows)
+    if reference is None:
+        _plot_losses(losses, rows, ran, labels)
+    else:
+        _plot_loss_differences(losses, reference, ran, labels)
     losses.set_xlabel("step")
-    losses.set_ylabel("training loss")
     losses.legend(fontsize="small")
     figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return None
+
+
+def _plot_loss_differences(axes: Any, reference: Row, ran: Sequence[Row], labels: Sequence[str]) -> None:
+    """Each row's loss minus fp32 eager's at the same step (the same batches), on an axis fitted to them."""
+    axes.axhline(0.0, color="grey", linewidth=0.8, label=f"{REFERENCE} (eager)")
+    differences = {
+        label: [a - b for a, b in zip(row.losses, reference.losses, strict=False)]
+        for label, row in zip(labels, ran, strict=True) if row is not reference
+    }
+    finite = [abs(d) for values in differences.values() for d in values if math.isfinite(d)]
+    limit = 1.2 * max(finite, default=0.0) or 1e-3
+    for label, values in differences.items():
+        off = not all(math.isfinite(d) for d in values)
+        axes.plot(range(1, len(values) + 1), values, label=label + (" (leaves the chart)" if off else ""))
+    axes.set_ylim(-limit, limit)
+    axes.set_ylabel(f"training loss minus {REFERENCE} eager's")
+
+
+def _plot_losses(axes: Any, rows: Sequence[Row], ran: Sequence[Row], labels: Sequence[str]) -> None:
+    """Each row's loss curve (without an fp32 eager row to compare with)."""
+    low, high = _loss_range(rows)
+    for label, row in zip(labels, ran, strict=True):
+        off = not all(low <= loss <= high for loss in row.losses)  # NaN too
+        axes.plot(range(1, len(row.losses) + 1), row.losses, label=label + (" (leaves the chart)" if off else ""))
+    axes.set_ylim(low, high)
+    axes.set_ylabel("training loss")

@@ -39,6 +39,9 @@ class Row:
     matmul dtype (on a CPU: an fp32 matmul measured once); None without a count or a peak."""
     first_step_s: float | None = None
     """The first step alone (compilation included in compiled mode)."""
+    spread: float | None = None
+    """How much the timed steps varied: half their interquartile range over their median (0.05: +-5%).
+    Large on a machine busy with other work, where step times say more about the load than the precision."""
     peak_mib: float | None = None
     bytes_per_param: float | None = None
     """Weights, buffers and optimizer state, per parameter of the model as given."""
@@ -139,7 +142,16 @@ def _fill(row: Row, times: list[float], warmup: int, tokens: int, peak: int | No
     """Step time (median after the warm-up), throughput, first step, peak memory and final loss."""
     timed = times[warmup:] or times[-1:]
     row.step_ms = statistics.median(timed) * 1e3
+    row.spread = step_spread(timed)
     row.tokens_per_s = tokens / (row.step_ms / 1e3)
     row.first_step_s = times[0]
     row.peak_mib = None if peak is None else peak / 2**20
     row.loss = row.losses[-1]
+
+
+def step_spread(times: list[float]) -> float:
+    """Half the interquartile range of `times` over their median (0.0 for fewer than two steps)."""
+    if len(times) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(times, n=4, method="inclusive")
+    return (high - low) / 2 / statistics.median(times)

@@ -79,8 +79,8 @@ def test_load_hook_names_a_missing_file_or_function(tmp_path: Path) -> None:
         load_hook(f"{tmp_path / 'm.py'}:make")
 
 
-def _row(case: str, mode: str, step_ms: float, loss: float, status: str = "ran") -> Row:
-    return Row(case, mode, status=status, ran=case, step_ms=step_ms, loss=loss, losses=[loss])
+def _row(case: str, mode: str, step_ms: float, loss: float, status: str = "ran", spread: float = 0.0) -> Row:
+    return Row(case, mode, status=status, ran=case, step_ms=step_ms, loss=loss, losses=[loss], spread=spread)
 
 
 def test_recommend_the_fastest_row_within_the_tolerance_of_fp32() -> None:
@@ -107,3 +107,37 @@ def test_csv_has_a_line_per_row_with_every_loss(tmp_path: Path) -> None:
     assert [line["case"] for line in lines] == ["fp32", "fp8-te"]
     assert lines[0]["losses"] == "3 2.5 2" and lines[0]["status"] == "ran"
     assert lines[1]["status"] == "skipped" and lines[1]["note"] == "cannot run here" and lines[1]["step_ms"] == ""
+
+
+def test_a_gain_within_the_noise_is_not_recommended_and_a_busy_machine_is_named() -> None:
+    """On a loaded machine the order of close rows changes from run to run: only a clear gain is recommended."""
+    quiet = [_row("fp32", "eager", 10.0, 2.0, spread=0.01), _row("bf16", "eager", 9.0, 2.0, spread=0.01)]
+    assert recommend(quiet, tolerance=0.02).row.case == "bf16"  # 1.11x clears 5%
+    noisy = [_row("fp32", "eager", 10.0, 2.0, spread=0.2), _row("bf16", "eager", 8.0, 2.0, spread=0.1)]
+    verdict = recommend(noisy, tolerance=0.02)
+    assert verdict.row is None and verdict.fastest.case == "bf16"
+    text = verdict.text()
+    assert "No precision is clearly faster than fp32 eager here: the fastest, bf16 (eager), is 1.25x" in text
+    assert "gain more than 40%" in text and "The machine was busy: fp32's steps varied by +-20%" in text
+    small = [_row("fp32", "eager", 10.0, 2.0), _row("bf16", "eager", 9.8, 2.0)]
+    assert recommend(small, tolerance=0.02).row is None  # 2% is below the 5% a gain must reach
+    clear = [_row("fp32", "eager", 10.0, 2.0, spread=0.2), _row("bf16", "eager", 2.0, 2.0, spread=0.1)]
+    assert recommend(clear, tolerance=0.02).row.case == "bf16"  # 5x is clear even on a busy machine
+
+
+def test_step_spread_is_half_the_interquartile_range_over_the_median() -> None:
+    from accel.bench.run import step_spread
+
+    assert step_spread([1.0]) == 0.0
+    assert step_spread([1.0, 1.0, 1.0, 1.0]) == 0.0
+    assert step_spread([0.9, 1.0, 1.0, 1.1]) == pytest.approx(0.025)
+
+
+def test_the_chart_shows_each_rows_loss_against_fp32s(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from accel.bench.report import write_chart
+
+    rows = [_row("fp32", "eager", 10.0, 2.0), _row("bf16", "eager", 8.0, 2.01), _row("16-true", "eager", 7.0, math.nan)]
+    rows[0].losses, rows[1].losses, rows[2].losses = [3.0, 2.0], [3.01, 2.01], [3.0, math.nan]
+    assert write_chart(rows, tmp_path / "bench.png", "test") is None
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -87,7 +87,8 @@ def test_bench_a_hook_model_in_several_precisions(tmp_path: Path, hook: str, cap
         assert float(row["bytes_per_param"]) == pytest.approx(12.0, abs=0.1)  # fp32 weight + AdamW's two moments
     assert msamp["status"] == "skipped" and "MS-AMP" in msamp["note"] and msamp["step_ms"] == ""
     assert "skipped [1]" in out and "[1] FP8RecipeKwargs(backend='msamp') cannot run here" in out
-    assert "Recommended: " in out and "within the tolerance of 2%" in out
+    # a 3-step run: the recommendation, or the statement that no row clears the noise of its step times
+    assert ("Recommended: " in out and "within the tolerance of 2%" in out) or "No precision is clearly faster" in out
     assert (tmp_path / "out" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
