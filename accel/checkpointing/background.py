@@ -156,11 +156,14 @@ def _remote_error(raw: bytes) -> BaseException | None:
 
 
 def _reported(error: BaseException, target: Path, call: str) -> BaseException:
-    """`error` as raised at `call`: the same type where it can be rebuilt, saying which save failed."""
+    """`error` as raised at `call`, saying which save failed: a CheckpointWriteError for any OSError
+    (it is one), else the same type where it can be rebuilt."""
     message = (
         f"{call}: the previous save_state(async_save=True) of {str(target)!r} failed in the background and was not "
         f"published (the previous checkpoint, if any, is untouched): {error}"
     )
+    if isinstance(error, OSError) and not isinstance(error, CheckpointWriteError):
+        return CheckpointWriteError(message)
     try:
         rebuilt = type(error)(message)
     except Exception:
