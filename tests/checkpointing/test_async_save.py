@@ -224,3 +224,28 @@ def test_a_script_ending_without_end_training_still_publishes_its_last_asynchron
     open_checkpoint(folder, "checkpoint_1")
     weights = load_file(folder / "model.safetensors")["weight"]
     torch.testing.assert_close(weights, torch.load(project / "expected_1.pt"), rtol=0, atol=0)
+
+
+def test_save_hooks_run_before_save_state_returns_and_their_files_are_published_with_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    accelerator = Accelerator(cpu=True)
+    torch.manual_seed(0)
+    first, second = accelerator.prepare(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))
+    called: list[bool] = []
+
+    def save_second_myself(models: list[Any], weights: list[dict[str, torch.Tensor]], output_dir: str) -> None:
+        torch.save(models[1].weight.detach().clone(), Path(output_dir) / "mine.pt")
+        weights.pop()
+        called.append(True)
+
+    accelerator.register_save_state_pre_hook(save_second_myself)
+    folder = accelerator.save_state(tmp_path / "ckpt", async_save=True)
+    assert called == [True]  # on the main thread, with the state of the call
+    saved = second.weight.detach().clone()
+    with torch.no_grad():
+        second.weight.add_(1.0)
+    accelerator.end_training()
+    names = {p.name for p in folder.iterdir()}
+    assert {"mine.pt", "model.safetensors"} <= names and "model_1.safetensors" not in names
+    torch.testing.assert_close(torch.load(folder / "mine.pt"), saved, rtol=0, atol=0)
