@@ -2,12 +2,13 @@
 
     fsdp_async_save_script.py MODE FOLDER
 
-* save: the uninterrupted run (TOTAL steps, SHARDED_STATE_DICT), then a run that saves
+* save: the uninterrupted run (TOTAL steps, SHARDED_STATE_DICT), then for SHARDED_STATE_DICT
+  (FOLDER/run) and FULL_STATE_DICT (FOLDER/full) a run that saves
   asynchronously after steps SAVE_AT - 1 and SAVE_AT (total_limit=1), trains one step more (which
   changes the weights and AdamW's moments in place while the shards may still be written), and
   ends; then a run in which process 1's shard writer fails (ENOSPC) in the background: every
   process reports the error end_training raised, and what the project folder holds.
-* resume: the saved run resumed from its newest checkpoint to TOTAL.
+* resume: the saved runs resumed from their newest checkpoint to TOTAL.
 """
 
 from __future__ import annotations
@@ -26,17 +27,22 @@ from accel.checkpointing import CheckpointWriteError
 SAVE_AT = 5
 
 
+KINDS = {"run": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"}
+"""Project folder -> the plugin's state_dict_type of the run saved there."""
+
+
 def save(folder: Path) -> None:
     straight = build("no", None)
     report("losses", train(straight, TOTAL))
     report("straight", full_state(straight))
     straight[0].end_training()
-    parts = build("no", folder / "run")
-    parts[0].project_configuration.async_save = True
-    saves = {SAVE_AT - 1: parts[0].save_state, SAVE_AT: parts[0].save_state}
-    train(parts, SAVE_AT + 1, saves)
-    parts[0].end_training()
-    report("layout", sorted(str(p.relative_to(folder / "run")) for p in (folder / "run").rglob("*")))
+    for name, kind in KINDS.items():
+        parts = build("no", folder / name, kind)
+        parts[0].project_configuration.async_save = True
+        saves = {SAVE_AT - 1: parts[0].save_state, SAVE_AT: parts[0].save_state}
+        train(parts, SAVE_AT + 1, saves)
+        parts[0].end_training()
+        report(f"{name}_layout", sorted(str(p.relative_to(folder / name)) for p in (folder / name).rglob("*")))
     failing(folder)
 
 
@@ -62,11 +68,12 @@ def failing(folder: Path) -> None:
 
 
 def resume(folder: Path) -> None:
-    parts = build("no", folder / "run")
-    report("loaded", parts[0].load_state().name)
-    report("resumed_losses", train(parts, TOTAL))
-    report("resumed", full_state(parts))
-    parts[0].end_training()
+    for name, kind in KINDS.items():
+        parts = build("no", folder / name, kind)
+        report(f"{name}_loaded", parts[0].load_state().name)
+        report(f"{name}_resumed_losses", train(parts, TOTAL))
+        report(f"{name}_resumed", full_state(parts))
+        parts[0].end_training()
 
 
 if __name__ == "__main__":
