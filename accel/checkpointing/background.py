@@ -135,6 +135,15 @@ def take(key: str, what: str, timeout: float | None = None) -> bytes:
     return store.get(key)
 
 
+def forget(key: str) -> None:
+    """Delete `key` from the store once read (a report of every shard file, per process and save, would
+    otherwise pile up in the store's memory over a long run)."""
+    try:
+        dist.distributed_c10d._get_default_store().delete_key(key)
+    except (RuntimeError, NotImplementedError):  # a store without deletion keeps it: a few kilobytes
+        pass
+
+
 def outcome_key(token: str) -> str:
     """The store key prefix of one asynchronous save (`token`: chosen by the main process)."""
     return f"{_PREFIX}/{token}"

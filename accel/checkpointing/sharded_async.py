@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from accel.checkpointing import layout
 from accel.checkpointing.across_processes import _rebuild, agree_all, on_main, together
-from accel.checkpointing.background import outcome_key, run_and_report, start, take
+from accel.checkpointing.background import forget, outcome_key, run_and_report, start, take
 from accel.checkpointing.manifest import FileEntry, describe_file
 from accel.checkpointing.save import _open, _rotate, describe_run, write_files
 from accel.checkpointing.sharded import _RecordingWriter, by_name_state, owner
@@ -136,6 +136,7 @@ def _write_own(planner: DefaultSavePlanner, writer: _RecordingWriter, plan: Save
 def _report_of(key: str, rank: int) -> Written:
     """What process `rank` wrote, as it reported it; its error, raised, if it failed."""
     outcome = pickle.loads(take(f"{key}/{rank}", f"process {rank}'s shards"))
+    forget(f"{key}/{rank}")
     if outcome[0] != "ok":
         raise _rebuild(outcome, f"writing its shards failed on process {rank}")
     written: Written = outcome[1]
