@@ -11,9 +11,10 @@ With several processes, the thread never runs a collective (one from a second th
 interleave with the training loop's and deadlock or mismatch them). The processes exchange what
 they wrote and the outcome through the process group's key-value store instead, which answers
 each request on its own: every process sets `<key>/<rank>` when its part is written (a sharded
-save), and the main process, which publishes, sets `<key>/outcome`; the others read it at their
-next call. A process that died leaves its key unset: the main process gives up after the
-collective timeout and publishes nothing.
+save), and the main process, which publishes, sets `<key>/outcome`; a thread on each of the
+others waits for it (so that they, too, live until the checkpoint is published), and their next
+call raises what it says. A process that died leaves its key unset: the main process gives up
+after the collective timeout and publishes nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ _PREFIX = "accel/async_save"
 
 @dataclasses.dataclass
 class Pending:
-    """A save written in the background: this process's thread (None where it writes nothing) and,
-    with several processes, the store key of the outcome (set by the main process, which publishes)."""
+    """A save written in the background: this process's thread (which writes its part, if any, and
+    on the other processes then waits for the outcome) and, with several processes, the store key
+    of the outcome (set by the main process, which publishes)."""
 
     target: Path
     thread: threading.Thread | None
@@ -66,8 +68,15 @@ def start(target: Path, work: Callable[[], None], outcome_key: str | None = None
             work()
         except BaseException as exc:  # kept for the next call, which raises it
             pending.error = exc
-        if publishes and outcome_key is not None:
+        if outcome_key is None:
+            return
+        if publishes:
             _publish_outcome(outcome_key, pending.error)
+            return
+        try:  # the main process's outcome, which covers this process's part too
+            pending.error = _remote_error(take(outcome_key, f"the outcome of saving {str(target)!r}"))
+        except BaseException as exc:
+            pending.error = exc
 
     pending.thread = threading.Thread(target=run, name=f"accel-async-save:{target.name}", daemon=False)
     _pending.append(pending)
@@ -75,8 +84,10 @@ def start(target: Path, work: Callable[[], None], outcome_key: str | None = None
 
 
 def expect(target: Path, outcome_key: str) -> None:
-    """On a process that writes nothing: the outcome of the save of `target` arrives under `outcome_key`."""
-    _pending.append(Pending(target, None, outcome_key, publishes=False))
+    """On a process that writes nothing: the outcome of the save of `target` arrives under `outcome_key`.
+    A thread waits for it, so that this process, too, lives until the checkpoint is published when
+    the script ends without end_training (else the launcher would stop the main process midway)."""
+    start(target, lambda: None, outcome_key, publishes=False)
 
 
 def run_and_report(key: str, work: Callable[[], Any]) -> Callable[[], None]:
@@ -105,8 +116,6 @@ def finish_pending(call: str) -> None:
     if pending.thread is not None:
         pending.thread.join()
     error = pending.error
-    if not pending.publishes and pending.outcome_key is not None:  # the main process's outcome covers this part too
-        error = _remote_error(take(pending.outcome_key, f"the outcome of saving {str(pending.target)!r}"))
     pending.reported = True
     if error is not None:
         raise _reported(error, pending.target, call) from error

@@ -8,7 +8,7 @@ on the main thread before save_state returns) and FOLDER/epoch while training go
 Accelerator loads FOLDER/mid (load_state waits for the write under way) and trains to the end.
 Then the main process's disk "fills up" (its safetensors writer raises ENOSPC) during a save of
 FOLDER/full_disk: every process reports the error its next save_state raised, and a save after
-that (FOLDER/after) works.
+that (FOLDER/after) works. Last, a slow save of FOLDER/at_exit, and the script ends without end_training.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,20 @@ def _full_disk(accelerator: Any, folder: Path) -> None:
     except CheckpointWriteError as error:
         report("next_save", [type(error).__name__, str(error)])
     accelerator.save_state(folder / "after")
-    accelerator.end_training()
+    _end_without_end_training(accelerator, folder)
+
+
+def _end_without_end_training(accelerator: Any, folder: Path) -> None:
+    """The last save is slow to write (2 s) and the script just ends: every process must live until
+    the main process has published it (Python joins the save's thread before exiting)."""
+    original = serialization.save_file
+    if accelerator.is_main_process:
+        def slow(*args: Any, **kwargs: Any) -> None:
+            time.sleep(2.0)
+            original(*args, **kwargs)
+
+        serialization.save_file = slow  # type: ignore[assignment]
+    accelerator.save_state(folder / "at_exit")  # first waits for FOLDER/after
     report("after", sorted(p.name for p in (folder / "after").iterdir()))
 
 

@@ -42,5 +42,12 @@ def test_a_failed_write_on_the_main_process_is_raised_on_every_process_at_the_ne
         assert kind == "CheckpointWriteError"
         assert "save_state: the previous save_state(async_save=True)" in message
         assert "full_disk" in message and "No space left on device" in message
-    assert sorted(p.name for p in folder.iterdir()) == ["after", "epoch", "mid"]  # no full_disk, no work folder
+    assert sorted(p.name for p in folder.iterdir()) == ["after", "at_exit", "epoch", "mid"]  # no full_disk, no work folder
     assert "manifest.json" in run.of("after")[0]
+
+
+def test_a_script_ending_without_end_training_still_publishes_its_last_asynchronous_checkpoint(
+    saved: tuple[Launched, Path],
+) -> None:
+    _, folder = saved
+    open_checkpoint(folder / "at_exit", "at_exit")  # complete: every file matches the manifest
