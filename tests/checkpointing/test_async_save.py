@@ -108,6 +108,7 @@ def test_an_asynchronous_checkpoint_resumes_exactly_as_a_blocking_one(tmp_path: 
             _train(parts, 3, start)
             parts[0].save_state()  # the second run: asynchronous by its ProjectConfiguration
         _train(parts, 3, 12)
+    background_run[0].end_training()  # waits for checkpoint_3
     assert sorted(p.name for p in (tmp_path / "async" / "checkpoints").iterdir()) == ["checkpoint_2", "checkpoint_3"]
     finals = []
     for name in ("sync", "async"):
