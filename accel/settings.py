@@ -238,7 +238,8 @@ SCHEDULER_PER_OPTIMIZER_STEP = Setting(
     help="step a prepared scheduler once per optimizer step that really happened, whatever the number of processes "
     "(default false: Accelerate's count, once per process per optimizer step, once under split_batches)",
 )
-
+ASYNC_SAVE = Setting("async_save", BoolKind(), False, help="save_state writes checkpoints in a background thread "
+                     "(ProjectConfiguration.async_save; save_state(async_save=) per call)")
 ACTIVATION_CHECKPOINTING = Setting(
     "activation_checkpointing", BlocksKind(), False, keyword="activation_checkpointing",
     help="recompute each block's activations in backward instead of keeping them: true (the model's repeated blocks) "
@@ -260,7 +261,7 @@ LAUNCHER_SETTINGS = (
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, STALL_REPORT_AFTER,
-    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, LOG_THROUGHPUT, SPIKE_DETECTION,
+    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, LOG_THROUGHPUT, SPIKE_DETECTION, ASYNC_SAVE,
     *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""

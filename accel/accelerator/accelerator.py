@@ -362,11 +362,15 @@ class Accelerator(
     def end_training(self) -> None:
         """Close the trackers and release what the precision set up and the process group: collectives
         still run afterwards (saving the model after end_training, as transformers' examples do), and a
-        later Accelerator in this process makes a new group. No process waits for the others here."""
-        self._finish_trackers()
-        self.precision.teardown()
-        if self.process_state.distributed:
-            distributed.release_process_group()
+        later Accelerator in this process makes a new group. No process waits for the others here, but for
+        an asynchronous save_state under way: it is finished first, and its error raised once the rest is done."""
+        try:
+            checkpointing.finish_pending("end_training")
+        finally:
+            self._finish_trackers()
+            self.precision.teardown()
+            if self.process_state.distributed:
+                distributed.release_process_group()
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from accel import checkpointing
+from accel._validation import check_bool
 from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
 from accel.checkpointing.model_files import parse_size, write_model_files, write_object
@@ -29,6 +30,7 @@ class FilesMixin:
     is_main_process: bool
     prepared: PreparedObjects
     strategy: ParallelStrategy
+    project_configuration: checkpointing.ProjectConfiguration
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
         """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
@@ -82,11 +84,18 @@ class FilesMixin:
             write_object(obj, f, safe_serialization)
 
     def save_state(
-        self, output_dir: str | Path | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+        self,
+        output_dir: str | Path | None = None,
+        safe_serialization: bool = True,
+        async_save: bool | None = None,
+        **save_model_func_kwargs: Any,
     ) -> Path:
         """Write a checkpoint of everything needed to resume exactly; returns its folder.
 
         Without `output_dir`, writes `project_dir/checkpoints/checkpoint_<n>` (see docs/checkpoints.md).
+        `async_save=True` (default: ProjectConfiguration.async_save) copies the state to CPU memory and
+        writes it in the background: `save_state(async_save=True)`; the next save_state, load_state or
+        end_training waits for it and raises its error.
         Checkpoints are always safetensors plus weights-only tensors: with `safe_serialization=False`
         a warning says so and the checkpoint is written the same way; Accelerate's
         `save_model_func_kwargs`, which accel has no use for, are refused.
@@ -102,7 +111,9 @@ class FilesMixin:
                 "and weights-only tensors, never pickles; the checkpoint is written that way.",
                 category=UserWarning,
             )
-        return checkpointing.save_state(self, output_dir)  # type: ignore[arg-type]  # self: the Accelerator, a CheckpointHost
+        config = self.project_configuration.async_save
+        background = config if async_save is None else check_bool("save_state(async_save)", async_save)
+        return checkpointing.save_state(self, output_dir, background)  # type: ignore[arg-type]  # self: the Accelerator, a CheckpointHost
 
     def load_state(
         self, input_dir: str | Path | None = None, load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any

@@ -4,7 +4,8 @@ The format is described in docs/checkpoints.md. One module per job: project
 (ProjectConfiguration), naming (folder names, rotation, work folders), layout (file names inside a
 checkpoint), writer (atomic folders), manifest (manifest.json and verification), serialization
 (safe file formats), rng (random states), models (weights and gradients), compat (does a
-checkpoint fit this run), state (collect and restore), save and load (the two flows), errors.
+checkpoint fit this run), state (collect and restore), save and load (the two flows), errors;
+staging, background, async_save and sharded_async write a checkpoint in the background.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from accel.checkpointing.background import finish_pending
 from accel.checkpointing.errors import CheckpointError, CheckpointNotPublishedError, CheckpointWriteError
 from accel.checkpointing.load import load_state, open_checkpoint
 from accel.checkpointing.manifest import FORMAT_VERSION, Manifest
@@ -26,6 +28,7 @@ __all__ = [
     "Manifest",
     "ProjectConfiguration",
     "check_registrable",
+    "finish_pending",
     "load_state",
     "open_checkpoint",
     "resolve_project_configuration",

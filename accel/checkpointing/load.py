@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from accel.checkpointing.accelerate_files import is_accelerate_checkpoint
 from accel.checkpointing.across_processes import agree, on_main
+from accel.checkpointing.background import finish_pending
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.from_accelerate import load_accelerate_state
 from accel.checkpointing.hooks import models_loaded_by_accel
@@ -27,6 +28,7 @@ def load_state(accelerator: CheckpointHost, input_dir: str | os.PathLike[str] | 
     process reads it (on several machines it must be on a shared filesystem, or copied to the same
     path on each), and if any process cannot, every process raises.
     """
+    finish_pending("load_state")  # an asynchronous save under way: published (or its error raised) first
     folder = on_main(accelerator, lambda: _source(accelerator, input_dir), "load_state")
     label = f"load_state: checkpoint {str(folder)!r}"
     if not (folder / MANIFEST_NAME).exists() and is_accelerate_checkpoint(folder):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from accel._validation import check_bool
+from accel.settings import ASYNC_SAVE
 
 
 @dataclasses.dataclass
@@ -38,6 +39,9 @@ class ProjectConfiguration:
     save_on_each_node: bool = False
     """Write checkpoints on the first process of every machine rather than only on the main one
     (for machines that do not share a file system). Not supported on several machines yet."""
+    async_save: bool = dataclasses.field(default_factory=lambda: ASYNC_SAVE.from_env())
+    """accel only: `save_state()` copies the state to CPU memory and writes it in the background
+    (save_state(async_save=...) decides per call). Default: config key / ACCEL_ASYNC_SAVE, else False."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         check = _CHECKS.get(name)
@@ -110,6 +114,7 @@ _CHECKS: dict[str, Any] = {
     "total_limit": _check_total_limit,
     "iteration": _check_iteration,
     "save_on_each_node": _check_save_on_each_node,
+    "async_save": lambda value: check_bool("ProjectConfiguration.async_save", value),
 }
 """How each field's value is checked (and normalised) whenever it is set."""
 

@@ -9,14 +9,15 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel._version import __version__
 from accel.checkpointing.across_processes import agree_all, alone, on_main
+from accel.checkpointing.background import finish_pending
 from accel.checkpointing.call_site import refuse_main_only
 from accel.checkpointing.compat import fp8_setup
 from accel.checkpointing.hooks import files_saved_by_hooks
-from accel.checkpointing.manifest import FORMAT, MANIFEST_NAME, Manifest, describe_file
+from accel.checkpointing.manifest import FORMAT, MANIFEST_NAME, FileEntry, Manifest, describe_file
 from accel.checkpointing.naming import next_number, numbered_name, to_rotate_out
 from accel.checkpointing.participation import GRACE_SECONDS, late_folder, participants, publish_result
 from accel.checkpointing.project import check_folder
@@ -36,12 +37,17 @@ if TYPE_CHECKING:
     from accel.checkpointing.host import CheckpointHost
 
 
-def save_state(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None) -> Path:
+def save_state(
+    accelerator: CheckpointHost, output_dir: str | os.PathLike[str] | None, async_save: bool = False
+) -> Path:
     """Write a checkpoint to `output_dir`, or to the next `checkpoint_<n>` of the project; return it.
 
     With several processes, every process must call it: all take part in gathering the state,
     the main process alone writes, and every process returns its folder (or raises its error).
+    With `async_save`, the state is copied to CPU memory and written in the background
+    (async_save.py): it returns the folder the checkpoint will have once published.
     """
+    finish_pending("save_state")  # the previous asynchronous save: done, or its error raised here
     require_safetensors_writer("save_state")  # an ImportError is itself, never a disk-space error
     strategy = accelerator.strategy
     if strategy.sharded_checkpoints or strategy.shards_parameters:
@@ -53,7 +59,11 @@ def save_state(accelerator: CheckpointHost, output_dir: str | os.PathLike[str] |
         return _late(session)
     with alone() if who == "main" else contextlib.nullcontext():
         snapshot = collect(accelerator)
-        if strategy.sharded_checkpoints:
+        if async_save:
+            from accel.checkpointing.async_save import save_in_background  # it builds on this module
+
+            target, iteration = save_in_background(accelerator, output_dir, snapshot, who == "main")
+        elif strategy.sharded_checkpoints:
             target, iteration = _publish_sharded(accelerator, output_dir, snapshot)
         else:
             target, iteration = on_main(
@@ -193,26 +203,40 @@ def _write(
     Save pre-hooks run first; the weights of the models they saved themselves are not written.
     """
     by_hooks = files_saved_by_hooks(accelerator, snapshot.tensors, folder)
-    tensor_files = [name for name in snapshot.tensors if name not in by_hooks]
+    run = describe_run(accelerator, snapshot, iteration, main_only)
+    write_files(folder, snapshot, run, by_hooks, {name: describe_file(folder / name) for name in shards or []})
+
+
+def describe_run(accelerator: CheckpointHost, snapshot: Snapshot, iteration: int, main_only: bool) -> dict[str, Any]:
+    """The manifest's fields other than its files: read from the Accelerator when the save starts."""
+    return {
+        "accel_version": __version__,
+        "iteration": iteration,
+        "precision": accelerator.precision.name,
+        "fp8": fp8_setup(accelerator),
+        "num_processes": accelerator.process_state.num_processes,
+        "gradient_accumulation": snapshot.gradient_accumulation,
+        "contents": snapshot.contents,
+        "dataloaders": snapshot.dataloaders,
+        "fsdp": accelerator.strategy.checkpoint_record(),
+        "process_states": [0] if main_only and accelerator.process_state.distributed else None,
+    }
+
+
+def write_files(
+    folder: Path, snapshot: Snapshot, run: dict[str, Any], skip: set[str], shards: dict[str, FileEntry]
+) -> None:
+    """Write the snapshot's files into `folder` (but those in `skip`, which save hooks wrote), then
+    the manifest listing them and the already written `shards`. Reads nothing from the Accelerator:
+    an asynchronous save runs it in its background thread."""
+    tensor_files = [name for name in snapshot.tensors if name not in skip]
     for name in tensor_files:
         save_tensors(snapshot.tensors[name], folder / name)
     for name, value in snapshot.objects.items():
         save_torch(value, folder / name)
-    written = [*tensor_files, *snapshot.objects, *(shards or [])]
-    manifest = Manifest(
-        accel_version=__version__,
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        iteration=iteration,
-        precision=accelerator.precision.name,
-        fp8=fp8_setup(accelerator),
-        num_processes=accelerator.process_state.num_processes,
-        gradient_accumulation=snapshot.gradient_accumulation,
-        contents=snapshot.contents,
-        dataloaders=snapshot.dataloaders,
-        files={name: describe_file(folder / name) for name in written},
-        fsdp=accelerator.strategy.checkpoint_record(),
-        process_states=[0] if main_only and accelerator.process_state.distributed else None,
-    )
+    files = {name: describe_file(folder / name) for name in [*tensor_files, *snapshot.objects]}
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    manifest = Manifest(**run, created=created, files={**files, **shards})
     text = manifest.to_json().encode("utf-8")
     write_file(folder / MANIFEST_NAME, lambda file: file.write(text))
 

@@ -35,12 +35,16 @@ def train(steps: int) -> tuple[Accelerator, torch.nn.Module, list[float], float]
     inputs = torch.randn(512, 16)
     targets = inputs @ torch.randn(16, 1)
     accelerator = Accelerator()
-    model = accelerator.prepare(build_model(block_class_names(), adapters=quantized()))
-    # Built over what trains after prepare, as a QLoRA script does: quantized Linear weights are frozen.
+    model = build_model(block_class_names(), adapters=quantized())
+    if quantized():  # the optimizer over what trains after prepare, as a QLoRA script builds it
+        model = accelerator.prepare(model)
     # eps=1e-8 (the default) rounds to 0 in fp16, and a unit whose gradient is 0 would get 0/0 under 16-true.
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2, eps=1e-6)
     loader = DataLoader(TensorDataset(inputs, targets), batch_size=64, shuffle=True)
-    optimizer, loader = accelerator.prepare(optimizer, loader)
+    if quantized():
+        optimizer, loader = accelerator.prepare(optimizer, loader)
+    else:  # together, as DeepSpeed needs them
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     losses: list[float] = []
     start = time.perf_counter()
     while len(losses) < steps:

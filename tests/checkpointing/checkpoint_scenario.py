@@ -46,6 +46,8 @@ class Job:
     """Micro-batches whose gradients get an inf (odd index) or NaN (even index) after backward."""
     result: str = ""
     """Where to write the final parameters (safetensors), if anywhere."""
+    async_save: bool = False
+    """Save with save_state(async_save=True): written in the background while training goes on."""
 
 
 class Progress:
@@ -88,7 +90,7 @@ def build(job: Job) -> Setup:
     y = x @ torch.randn(WIDTH, WIDTH, generator=generator)
     model = nn.Sequential(nn.Linear(WIDTH, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, WIDTH))
     handlers = [GradScalerKwargs(init_scale=1024.0)] if job.precision == "fp16" else []
-    config = ProjectConfiguration(project_dir=job.project_dir, total_limit=job.total_limit)
+    config = ProjectConfiguration(project_dir=job.project_dir, total_limit=job.total_limit, async_save=job.async_save)
     accelerator = Accelerator(
         mixed_precision=job.precision, gradient_accumulation_steps=ACCUMULATION, project_config=config,
         kwarg_handlers=handlers,

@@ -4,7 +4,8 @@ checkpoint each time ends with the parameters of the run that was never interrup
 Real processes (forked from a server that has imported torch), real SIGKILLs, real files. Two
 kinds of moments: seeded random delays after the process has resumed, and deterministic stops
 just before each fsync / rename / rmtree of a save (every step of the atomic write and of the
-rotation of old checkpoints). After every kill, each checkpoint_<n> folder must be complete.
+rotation of old checkpoints), with blocking saves and with asynchronous ones (save_state(async_save=True):
+the write runs in a background thread while training goes on). After every kill, each checkpoint_<n> folder must be complete.
 """
 
 from __future__ import annotations
@@ -46,15 +47,17 @@ def _assert_every_checkpoint_is_whole(checkpoints: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("precision", "poison", "random_kills", "save_steps"),
-    [("no", (), 24, STEPS_OF_A_SAVE), ("fp16", (9, 10, 31, 70), 8, 8)],
-    ids=["fp32", "fp16-with-overflows"],
+    ("precision", "poison", "random_kills", "save_steps", "async_save"),
+    [("no", (), 24, STEPS_OF_A_SAVE, False), ("fp16", (9, 10, 31, 70), 8, 8, False), ("no", (), 16, 12, True)],
+    ids=["fp32", "fp16-with-overflows", "fp32-async-save"],
 )
 def test_kill_9_anywhere_then_resume_matches_the_uninterrupted_run(
-    fork_server: ForkServer, tmp_path: Path, precision: str, poison: tuple[int, ...], random_kills: int, save_steps: int
+    fork_server: ForkServer, tmp_path: Path, precision: str, poison: tuple[int, ...], random_kills: int, save_steps: int,
+    async_save: bool,
 ) -> None:
     log = tmp_path / "children.log"
-    base = Job(precision=precision, until=UNTIL, save_every=SAVE_EVERY, total_limit=TOTAL_LIMIT, poison=poison)
+    base = Job(precision=precision, until=UNTIL, save_every=SAVE_EVERY, total_limit=TOTAL_LIMIT, poison=poison,
+               async_save=async_save)
     straight = dataclasses.replace(base, project_dir=str(tmp_path / "straight"), result=str(tmp_path / "straight.st"))
     outcome = fork_server.start([dataclasses.asdict(straight)], log)
     assert (outcome["outcome"], outcome["code"]) == ("exited", 0), log.read_text()

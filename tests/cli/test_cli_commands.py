@@ -38,6 +38,7 @@ def test_config_default_writes_then_refuses_to_overwrite(run_accel, tmp_path: Pa
     assert yaml.safe_load(path.read_text()) == {
         "mixed_precision": "no", "num_processes": 1, "num_machines": 1, "machine_rank": 0, "use_cpu": True,
         "gradient_accumulation_steps": 1, "scheduler_per_optimizer_step": False, "activation_checkpointing": False,
+        "async_save": False,
     }
     path.write_text("mixed_precision: bf16\n")
     again = run_accel("config", "default")

@@ -7,7 +7,8 @@ default. Run again and again, it enumerates the leaves of the question tree like
 each leaf is the answers one user could have given, ready to write as config.yaml.
 
 What branches: the number of processes (1 or 2), every menu (precision, FP8 backend, FSDP wrap
-policy and state dict, the device mesh, bitsandbytes mode and dtype), and whether to use FSDP.
+policy and state dict, ZeRO stage and offload, the device mesh, bitsandbytes mode and dtype), and whether to
+use FSDP or DeepSpeed.
 What keeps the default: the FP8 recipe fields (asked only after "Change any of them?", whose
 values tests/cli/test_cli_wizard_recipe.py checks one by one), torch.compile (its backends are
 checked by test_cli_dynamo.py; compiling in every combination would take an hour here), and
@@ -25,10 +26,19 @@ from typing import Any
 import pytest
 
 from accel.cli import capabilities
-from accel.cli.config import prompts, wizard, wizard_bnb, wizard_dynamo, wizard_fsdp, wizard_parallel, wizard_recipe
+from accel.cli.config import (
+    prompts,
+    wizard,
+    wizard_bnb,
+    wizard_deepspeed,
+    wizard_dynamo,
+    wizard_fsdp,
+    wizard_parallel,
+    wizard_recipe,
+)
 
-MODULES = (prompts, wizard, wizard_bnb, wizard_dynamo, wizard_fsdp, wizard_parallel, wizard_recipe)
-BRANCHING_YES_NO = ("FSDP", "device mesh", "fsdp_activation_checkpointing", "fsdp_cpu_ram_efficient_loading")
+MODULES = (prompts, wizard, wizard_bnb, wizard_deepspeed, wizard_dynamo, wizard_fsdp, wizard_parallel, wizard_recipe)
+BRANCHING_YES_NO = ("FSDP", "DeepSpeed", "device mesh", "fsdp_activation_checkpointing", "fsdp_cpu_ram_efficient_loading")
 """Yes/no questions whose both answers are walked (others keep their default: fsdp_reshard_after_forward and
 fsdp_offload_params change no question that follows and no check, and offloading is asked on GPUs only)."""
 CACHED = ("fp8_backend_status", "precision_status", "recipe_problem", "speed_note", "training_device")

@@ -3,7 +3,7 @@
 Answers are a dict of setting name -> canonical value, the same shape a loaded config has. Only
 what matters on this machine is asked: no GPU questions without a GPU, no rendezvous questions
 for one machine, the FP8 recipe only for fp8, FSDP and the device mesh only for several processes
-(wizard_fsdp.py, wizard_parallel.py),
+(wizard_fsdp.py, wizard_parallel.py), DeepSpeed for several processes without FSDP (wizard_deepspeed.py),
 and bitsandbytes modes only where they run (wizard_bnb.py). An existing config's values are the defaults.
 """
 
@@ -17,6 +17,7 @@ from accel.backends.names import CANONICAL_PRECISIONS
 from accel.cli import capabilities
 from accel.cli.config.prompts import Option, ask_select, ask_text, ask_yes_no, short_reason
 from accel.cli.config.wizard_bnb import ask_quantization
+from accel.cli.config.wizard_deepspeed import ask_deepspeed
 from accel.cli.config.wizard_dynamo import ask_dynamo
 from accel.cli.config.wizard_fsdp import ask_fsdp
 from accel.cli.config.wizard_parallel import ask_parallelism
@@ -33,6 +34,7 @@ from accel.settings import (
     NUM_PROCESSES,
     RECIPE_PRECISION,
     USE_CPU,
+    USE_DEEPSPEED,
     Setting,
 )
 
@@ -156,8 +158,15 @@ def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
         answers.update(ask_recipe(current, device))
     if answers[NUM_PROCESSES.name] > 1:
         answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name], on_gpus=not answers[USE_CPU.name]))
+        answers.update(ask_deepspeed(current, answers, device))
+    deepspeed = bool(answers.get(USE_DEEPSPEED.name))
+    if deepspeed:
+        print("  device mesh, bitsandbytes and torch.compile: not asked, DeepSpeed's engine runs none of them")
+    elif answers[NUM_PROCESSES.name] > 1:
         answers.update(ask_parallelism(current, answers[NUM_PROCESSES.name], answers))
-    answers.update(ask_quantization(current, device, answers))
+    if not deepspeed:
+        answers.update(ask_quantization(current, device, answers))
     answers.update(ask_training(current))
-    answers.update(ask_dynamo(current, device))
+    if not deepspeed:
+        answers.update(ask_dynamo(current, device))
     return answers
