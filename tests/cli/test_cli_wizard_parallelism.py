@@ -3,6 +3,8 @@ Accelerate's parallelism_config keys and passed on by `accel launch`; nothing as
 
 from __future__ import annotations
 
+import importlib.util
+
 from pathlib import Path
 
 import yaml
@@ -63,6 +65,8 @@ def test_without_fsdp_tensor_parallelism_spans_all_processes_or_none(clean_env: 
     wizard.text("How many training processes", "4")
     wizard.answer("Which precision", ENTER)
     wizard.answer("Shard the model over the 4 processes with FSDP", "n")
+    if importlib.util.find_spec("deepspeed"):
+        wizard.answer("DeepSpeed's ZeRO engine", ENTER)  # no: DDP
     wizard.answer("Lay the 4 processes out as a device mesh", "y")
     wizard.text("Tensor-parallel size", "2")
     wizard.child.expect("give one of 1, 4")

@@ -241,3 +241,16 @@ def test_dummy_optimizer_and_scheduler_build_the_jsons_with_their_values() -> No
     assert (optimizer_params["lr"], optimizer_params["weight_decay"]) == (0.1, 0.01)
     assert scheduler_params == {"warmup_min_lr": 0, "warmup_max_lr": 0.1, "warmup_num_steps": 2}
     assert rates[0] < rates[-1] == pytest.approx(0.1)  # the engine stepped the warmup
+
+
+def test_zero3_on_the_cpu_warns_that_it_diverges_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured with DeepSpeed alone (docs/deepspeed.md): said once, it runs as asked."""
+    from accel.deepspeed import options
+    from accel.kwargs_handlers import Handlers
+
+    pytest.importorskip("deepspeed")
+    plugin = DeepSpeedPlugin(zero_stage=3)
+    with pytest.warns(UserWarning, match=r"zero_stage=3\) on the CPU: DeepSpeed 0.19's ZeRO-3 diverges there"):
+        options.backend(plugin, "no", torch.device("cpu"), Handlers(), quantized=False, parallelism=None,
+                        dynamo_backend=None)
+    assert "diverges on the CPU" in __import__("accel.cli.config.wizard_deepspeed", fromlist=["x"]).ZERO3_CPU_REASON
