@@ -186,6 +186,7 @@ def test_launch_refuses_before_starting(run_accel, show_env_script: Path, one_er
     ({"bnb_mode": "nf4", "use_fsdp": True, "fsdp_cpu_ram_efficient_loading": True},
      "cpu_ram_efficient_loading=True) cannot run: accel quantizes the Linear layers in prepare"),
     ({"bnb_mode": "nf4", "parallelism_config_tp_size": 2}, "with tensor parallelism (tp_size=2) cannot run"),
+    ({"mixed_precision": "fp8", "parallelism_config_tp_size": 2}, "cannot run with tensor parallelism (tp_size > 1)"),
 ])
 def test_the_configuration_check_builds_quantizer_and_plugin(values: dict[str, Any], expected: str) -> None:
     """What `accel launch` runs in a child before any process starts (and `accel config` before writing)."""

@@ -71,7 +71,7 @@ def test_without_fsdp_tensor_parallelism_spans_all_processes_or_none(clean_env: 
     wizard.text("Tensor-parallel size", "2")
     wizard.child.expect("give one of 1, 4")
     wizard.child.send(BACKSPACE * 8 + "4" + ENTER)
-    wizard.answer("Quantize the Linear weights", ENTER)
+    wizard.child.expect("bitsandbytes quantization: not asked, tensor parallelism splits the Linear layers")
     finish(wizard)
     written = yaml.safe_load(config.read_text())
     assert written["parallelism_config"] == {

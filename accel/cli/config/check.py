@@ -153,6 +153,8 @@ def _check_quantization_and_fsdp(environ: Mapping[str, str], backend: Any, devic
         quantizer = create_quantizer(Handlers().with_environment(bnb_options_from_env(environ)), backend, device)
         options.fsdp_plugin(environment_plugin(environ), backend, quantizer)
         tp_size = PARALLELISM_SETTINGS_BY_KEY["parallelism_config_tp_size"].from_env(environ) or 1
+        if tp_size > 1:  # what TensorParallelStrategy checks when the Accelerator is built
+            backend.configure_tensor_parallel()  # a precision that cannot run split layers refuses here
         if quantizer is not None and tp_size > 1:
             from accel.parallel.tensor_strategy import quantization_refusal
 

@@ -26,7 +26,8 @@ def ask_parallelism(current: Mapping[str, Any], processes: int, answers: Mapping
     # over split weights: there, tp_size is all processes or none; with FSDP, FSDP2 needs more than one process
     # left to shard over
     allowed = [n for n in range(1, processes + 1)
-               if processes % n == 0 and (n in (1, processes) if not fsdp else processes // n > 1)]
+               if processes % n == 0 and (n in (1, processes) if not fsdp else processes // n > 1)
+               and (n == 1 or _tensor_parallel_problem(answers, n) is None)]
     if allowed == [1] and not (fsdp and _replica_counts(processes)):
         return {}  # no tensor parallelism and no replicas to choose: nothing to lay out
     given = any(current.get(setting.name) not in (None, 1) for setting in _KEY.values())
@@ -60,3 +61,16 @@ def _ask_replicas(current: Mapping[str, Any], rest: int) -> int:
         f"{', '.join(map(str, counts))})?", default,
         check=lambda n: None if n in (1, *counts) else f"give 1 or one of {', '.join(map(str, counts))}",
     ))
+
+
+def _tensor_parallel_problem(answers: Mapping[str, Any], tp_size: int) -> str | None:
+    """Why the answers so far cannot run with `tp_size` (the precision refuses split layers: most FP8
+    backends), by the check `accel launch` runs; None when they can."""
+    from accel.cli.config.check import check_values
+    from accel.cli.errors import CliError
+
+    try:
+        check_values({**answers, _KEY["tp_size"].name: tp_size})
+    except CliError as error:
+        return str(error)
+    return None
