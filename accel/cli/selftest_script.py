@@ -96,6 +96,8 @@ def build_model(block_names: list[str], adapters: bool = False) -> torch.nn.Modu
 
     class SelfTestModel(nn.Module):
         _no_split_modules = block_names
+        # tensor parallelism (parallelism_config_tp_size): each block's MLP split as transformers splits one
+        tp_plan = {"blocks.*.fc": "colwise", "blocks.*.proj": "rowwise"}
 
         def __init__(self) -> None:
             super().__init__()
