@@ -48,6 +48,23 @@ class PeakMemory:
         return None if peak is None else max(peak - self._baseline, 0)
 
 
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for more work on `device`, in bytes: CUDA's free memory, or the system's MemAvailable on a
+    Linux CPU; None where it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Bytes held by the model's parameters and buffers and the optimizer's state (no gradients).
 

@@ -14,25 +14,29 @@ from accel.bench.run import Row
 
 CSV_FIELDS: tuple[str, ...] = (
     "case", "mode", "status", "ran", "step_ms", "spread", "cpu_ms", "tokens_per_s", "mfu", "first_step_s", "peak_mib",
-    "bytes_per_param", "loss", "note", "losses",
+    "bytes_per_param", "loss", "note", "losses", "speedups",
 )  # fmt: skip
+_LISTS = ("losses", "speedups")
+"""The CSV fields that hold one number per step, separated by spaces."""
 
 
 MIN_GAIN = 0.05
-"""The smallest speed-up over fp32 eager that a recommendation counts as one, on a quiet machine."""
-NOISE_FACTOR = 2.0
-"""A row must beat fp32 eager by this many times the larger of the two rows' spreads (Row.spread)."""
+"""The smallest speed-up over fp32 eager that a recommendation counts as one."""
+MIN_ROUNDS = 4
+"""Interleaved rounds (timed steps) a row needs before it can be recommended."""
 BUSY_SPREAD = 0.15
-"""fp32 eager's spread above which the machine is called too busy for the step times to decide."""
+"""fp32 eager's spread above which the machine is said to be busy (Row.spread)."""
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The fastest row whose final loss is within `tolerance` (relative) of the reference's and whose
-    speed-up clears the noise of the measurements (`margin`), if any.
+    """The fastest row whose final loss is within `tolerance` (relative) of the reference's, if it is
+    clearly faster: by more than MIN_GAIN in three interleaved rounds of four or more (`clear`).
 
-    A row only a little faster than fp32, by less than its steps varied, is not recommended: on a
-    machine shared with other work the order of such rows changes from run to run.
+    Each round times one step of every row, moments apart (accel.bench.run.run_cases), so a load
+    that comes and goes on a shared machine slows the reference and the row alike in most rounds;
+    a row only a little faster, or faster in some rounds only, is not recommended: on a machine
+    shared with other work the order of such rows changes from run to run.
     """
 
     row: Row | None
@@ -40,7 +44,6 @@ class Recommendation:
     tolerance: float
     fastest: Row | None = None
     """The fastest row within the loss tolerance, recommended or not."""
-    margin: float = MIN_GAIN
 
     def text(self) -> str:
         """One or two sentences for the end of the report."""
@@ -49,23 +52,41 @@ class Recommendation:
         if self.fastest is None:
             return f"No recommendation: no row's loss is within {self.tolerance:.0%} of {REFERENCE}'s."
         busy = _busy(self.reference)
-        if self.row is None:
+        if self.fastest is self.reference:
             return (
-                f"No precision is clearly faster than {REFERENCE} eager here: the fastest, {self.fastest.case} "
-                f"({self.fastest.mode}), is {speedup(self.fastest, self.reference):.2f}x, within the noise of these "
-                f"measurements (a row must gain more than {self.margin:.0%})." + busy
+                f"Recommended: {REFERENCE} (eager): no other precision whose loss stays within {self.tolerance:.0%} "
+                "of it ran faster here." + busy
+            )
+        fastest, rounds = self.fastest, len(self.fastest.speedups)
+        measured = f"{speedup(fastest, self.reference):.2f}x, the median of {rounds} interleaved rounds"
+        if self.row is None:
+            why = (f"{rounds} timed rounds are too few to tell (give --steps of at least --warmup + {MIN_ROUNDS})"
+                   if rounds < MIN_ROUNDS else f"it was not more than {MIN_GAIN:.0%} faster in three rounds of four")
+            return (
+                f"No precision is clearly faster than {REFERENCE} eager here: the fastest, {fastest.case} "
+                f"({fastest.mode}), is {measured}, but {why}." + busy
             )
         return (
-            f"Recommended: {self.row.case} ({self.row.mode}), {speedup(self.row, self.reference):.2f}x the speed of "
-            f"{REFERENCE} eager (more than the {self.margin:.0%} the step times varied by), final loss "
-            f"{self.row.loss:.4f} against {self.reference.loss:.4f} (within the tolerance of {self.tolerance:.0%}; "
-            "--tolerance changes it)." + busy
+            f"Recommended: {fastest.case} ({fastest.mode}), {measured} against {REFERENCE} eager (more than "
+            f"{MIN_GAIN:.0%} faster in three rounds of four or more), final loss {fastest.loss:.4f} against "
+            f"{self.reference.loss:.4f} (within the tolerance of {self.tolerance:.0%}; --tolerance changes it)." + busy
         )
 
 
 def speedup(row: Row, reference: Row) -> float:
-    """How many times faster `row` steps than `reference` (1.0 when a time is missing)."""
+    """How many times faster `row` steps than `reference`: the median of its round-by-round speed-ups, or the
+    ratio of the median step times where there are none (1.0 when a time is missing)."""
+    if row.vs_reference is not None:
+        return row.vs_reference
     return reference.step_ms / row.step_ms if reference.step_ms and row.step_ms else 1.0
+
+
+def clear(row: Row) -> bool:
+    """Whether `row` was more than MIN_GAIN faster than the reference in three of four rounds (MIN_ROUNDS or more)."""
+    if len(row.speedups) < MIN_ROUNDS:
+        return False
+    faster = sum(gain > 1.0 + MIN_GAIN for gain in row.speedups)
+    return 4 * faster >= 3 * len(row.speedups)
 
 
 def _busy(reference: Row) -> str:
@@ -84,17 +105,17 @@ def reference_row(rows: Sequence[Row]) -> Row | None:
 
 
 def recommend(rows: Sequence[Row], tolerance: float) -> Recommendation:
-    """The fastest row that ran with a finite final loss within `tolerance` of the fp32 eager loss."""
+    """The fastest row that ran with a finite final loss within `tolerance` of the fp32 eager loss, if it is
+    clearly faster (see Recommendation)."""
     reference = reference_row(rows)
     if reference is None or reference.loss is None:
         return Recommendation(None, reference, tolerance)
     close = [r for r in rows if r.status == "ran" and loss_gap(r, reference) <= tolerance]
-    best = min(close, key=lambda r: r.step_ms or math.inf, default=None)
+    best = max(close, key=lambda r: 1.0 if r is reference else speedup(r, reference), default=None)
     if best is None:
         return Recommendation(None, reference, tolerance)
-    margin = max(MIN_GAIN, NOISE_FACTOR * max(reference.spread or 0.0, best.spread or 0.0))
-    clears = best is reference or speedup(best, reference) > 1.0 + margin
-    return Recommendation(best if clears else None, reference, tolerance, best, margin)
+    chosen = best if best is reference or clear(best) else None
+    return Recommendation(chosen, reference, tolerance, best)
 
 
 def loss_gap(row: Row, reference: Row) -> float:
@@ -125,7 +146,7 @@ def format_table(rows: Sequence[Row]) -> str:
 def _cells(row: Row, reference: Row | None) -> list[str]:
     if row.status != "ran":
         return [row.case, row.mode, row.ran or "-", *(["-"] * 7)]
-    ratio = reference.step_ms / row.step_ms if reference and reference.step_ms and row.step_ms else None
+    ratio = speedup(row, reference) if reference is not None and reference.step_ms and row.step_ms else None
     return [
         row.case, row.mode, row.ran, _number(row.step_ms, "{:.1f}"), _number(row.tokens_per_s, "{:,.0f}"),
         _number(row.mfu, "{:.1%}"), _number(ratio, "{:.2f}x"), _number(row.peak_mib, "{:.0f}"),
@@ -145,13 +166,14 @@ def _aligned(rows: list[list[str]]) -> list[str]:
 
 
 def write_csv(rows: Sequence[Row], path: Path) -> None:
-    """One line per row; `losses` holds every step's loss, separated by spaces."""
+    """One line per row; `losses` holds every step's loss and `speedups` every timed round's speed-up against fp32
+    eager, separated by spaces."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for row in rows:
-            values = {name: getattr(row, name) for name in CSV_FIELDS if name != "losses"}
-            values["losses"] = " ".join(f"{loss:.6g}" for loss in row.losses)
+            values = {name: getattr(row, name) for name in CSV_FIELDS if name not in _LISTS}
+            values.update({name: " ".join(f"{value:.6g}" for value in getattr(row, name)) for name in _LISTS})
             writer.writerow({k: "" if v is None else v for k, v in values.items()})
 
 

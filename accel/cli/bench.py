@@ -21,10 +21,10 @@ DEFAULT_WARMUP = 2
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_TOLERANCE = 0.02
 DEFAULT_OUTPUT_DIR = "accel_bench"
-QUICK_STEPS = 3
+QUICK_STEPS = 6
 QUICK_WARMUP = 1
 QUICK_BATCH_SIZE = 2
-"""--quick: eager rows only, 3 steps (1 warm-up) of batches of 2: under a minute on 2 CPU cores."""
+"""--quick: eager rows only, 6 steps (1 warm-up, so 5 timed rounds) of batches of 2: under a minute on 2 CPU cores."""
 COMPILE_GUESS_S = 30
 """What compiling one precision roughly costs (the full run's up-front estimate; 10-60 s on a CPU)."""
 
@@ -95,9 +95,12 @@ def estimate(step_s: float, cases: int, modes: tuple[str, ...], steps: int) -> s
     """The run's length said up front, from one measured fp32 step: every row's steps at that pace, plus a
     compile per precision for the compiled rows (fp16 and bf16 on a CPU without 16-bit matmuls take longer).
 
-    Example: `estimate(0.5, 10, ("eager",), 12)` is "about 1 minute".
+    Example: `estimate(0.5, 10, ("eager",), 12)` is "about 1 minute"; a run of less than 30 s of steps is
+    "under a minute".
     """
     seconds = step_s * steps * cases * len(modes) + (COMPILE_GUESS_S * cases if "compiled" in modes else 0)
+    if seconds < 30:  # start-up and each backend's first call weigh more than the steps: 13 s for 0.3 s of steps
+        return "under a minute"
     return f"about {seconds:.0f} s" if seconds < 60 else f"about {round(seconds / 60)} minute" + (
         "s" if round(seconds / 60) != 1 else "")
 
@@ -122,37 +125,36 @@ def _reference_first(names: list[str], reference: str) -> list[str]:
 
 
 def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
-    """Every (case, mode) in turn, with a progress bar over all their steps."""
+    """Every case in each mode, all interleaved (see run_cases), with a progress bar over all their steps."""
     from dataclasses import replace
 
     from accel.bench.flops import flops_per_token
-    from accel.bench.run import load_compiler, run_case
+    from accel.bench.run import load_compiler, run_case, run_cases
 
     # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
     # otherwise be charged to the first case's memory and time; so would loading the compiler.
     warm = run_case(replace(work, batches=work.batches[:1]), cases[0], "eager", 0, args.lr, lambda: None)
     kind = "a quick run: eager only" if args.quick else f"{' and '.join(modes)}"
     guess = estimate((warm.first_step_s or 0.0), len(cases), modes, args.steps)
-    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes ({kind}), {args.steps} steps each; "
-        f"{guess} (from one fp32 step here)" + ("" if args.quick else "; --quick gives a first look in under a minute"))
+    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes ({kind}), {args.steps} steps each, "
+        f"interleaved; {guess} (from one fp32 step here)"
+        + ("" if args.quick else "; --quick gives a first look in under a minute"))
     load_compiler()
     flops = flops_per_token(work)
     bar = _progress_bar(len(cases) * len(modes) * args.steps, args.no_progress)
-    rows = []
-    for mode in modes:
-        for case in cases:
-            bar.set_description(f"{case.name} {mode}")
-            done_before = bar.n
-            rows.append(run_case(work, case, mode, args.warmup, args.lr, lambda: bar.update(1), flops))
-            if rows[-1].tokens_per_s is not None:
-                bar.set_postfix_str(_throughput_text(rows[-1]))
-            bar.update(args.steps - (bar.n - done_before))  # a skipped or failed case moves the bar on
+    bar.set_description(f"{len(cases) * len(modes)} rows, interleaved")
+    jobs = [(case, mode) for mode in modes for case in cases]  # fp32 eager first: the reference
+    rows = run_cases(work, jobs, args.warmup, args.lr, lambda: bar.update(1), flops)
+    ran = [row for row in rows if row.tokens_per_s is not None]
+    if ran:
+        bar.set_postfix_str(_throughput_text(max(ran, key=lambda row: row.tokens_per_s or 0.0)))
+    bar.update(bar.total - bar.n)  # skipped and failed rows move the bar to its end
     bar.close()
     return rows
 
 
 def _throughput_text(row: Any) -> str:
-    """The last row's speed for the progress bar: tokens/s and MFU."""
+    """A row's speed for the progress bar (the fastest row's, at the end): tokens/s and MFU."""
     mfu = "" if row.mfu is None else f", MFU {row.mfu:.1%}"
     return f"{row.case} {row.mode}: {row.tokens_per_s:,.0f} tokens/s{mfu}"
 

@@ -77,12 +77,13 @@ def test_a_full_run_says_up_front_how_long_it_will_take(
                    "--warmup", "0", "--no_progress", "--output_dir", str(tmp_path / "out")])
     assert status == 0
     err = capsys.readouterr().err
-    assert "1 precisions x 1 modes (eager), 2 steps each; about " in err
+    assert "1 precisions x 1 modes (eager), 2 steps each, interleaved; under a minute (from one fp32 step here)" in err
     assert "--quick gives a first look in under a minute" in err
 
 
 def test_the_estimate_counts_every_row_and_a_compile_per_precision() -> None:
     assert estimate(0.5, 10, ("eager",), 12) == "about 1 minute"
-    assert estimate(0.1, 2, ("eager",), 12) == "about 2 s"
+    assert estimate(0.1, 2, ("eager",), 12) == "under a minute"
+    assert estimate(0.2, 15, ("eager",), 12) == "about 36 s"
     compiled = 0.5 * 12 * 10 * 2 + COMPILE_GUESS_S * 10
     assert estimate(0.5, 10, ("eager", "compiled"), 12) == f"about {round(compiled / 60)} minutes"
