@@ -1,31 +1,23 @@
-"""The schema: every setting has one name, from which all its spellings derive.
+"""The catalogue: every setting accel has, each a `Setting` (accel/setting.py) whose one name gives its
+YAML key, `accel launch` flag, ACCEL_* variable and keyword.
 
-From `Setting.name` come the YAML key of config.yaml, the `accel launch` flag
-(`--name` and `--name-with-hyphens`), and the environment variable `ACCEL_<NAME>` through which
-`accel launch` hands the value to the script. `Setting.keyword` is the Accelerator's keyword
-argument. The FP8 recipe's settings are derived from the fields of FP8RecipeKwargs: field `f`
+The FP8 recipe's settings are derived from the fields of FP8RecipeKwargs: field `f`
 is the YAML key `fp8_config: {f: ...}`, the flag `--fp8_f`, the variable `ACCEL_FP8_F` and the
 keyword `FP8RecipeKwargs(f=...)`. The quantization settings derive the same way from the fields
 of BitsandbytesKwargs (`bnb_config: {mode: ...}`, `--bnb_mode`, ACCEL_BNB_MODE). FSDP's are
 Accelerate's keys: `use_fsdp` (an Accelerate config's `distributed_type: FSDP`) and, under
 `fsdp_config:`, `fsdp_auto_wrap_policy` and the rest, each also the flag and ACCEL_ variable stem,
-with FullyShardedDataParallelPlugin's field as keyword.
+with FullyShardedDataParallelPlugin's field as keyword. DeepSpeed's table is accel/settings_deepspeed.py;
+Accelerate's launcher's spellings of the settings (ACCELERATE_MIXED_PRECISION, FSDP_*, ...) are
+accel/settings_accelerate.py.
 
-Accelerate's launcher (`accelerate launch`) hands the same settings over under its own names:
-`ACCELERATE_MIXED_PRECISION`, `ACCELERATE_USE_CPU`, `ACCELERATE_GRADIENT_ACCUMULATION_STEPS`,
-`ACCELERATE_DYNAMO_*`, `ACCELERATE_USE_FSDP` and FSDP's `FSDP_*` (`Setting.accelerate_env_var`,
-derived from the name as well). `Setting.from_env` reads either; when both are set and their
-values differ it refuses, naming both.
-
-A value that cannot be parsed raises ValueError naming where it came from; the kinds of value
-(how each is checked and parsed) are in accel/setting_kinds.py. Torch-free, so that the command
-line can share it.
+`Setting`, the kinds of value (accel/setting_kinds.py) and the section names are importable from here
+too. Torch-free, so that the command line can share it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -45,6 +37,12 @@ from accel.kwargs_handlers.fp8 import (
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.kwargs_handlers.monitoring import SPIKE_ACTIONS
+from accel.setting import (
+    BNB_SECTION,
+    ENV_PREFIX,  # noqa: F401 - importable from here, as before Setting had its own module
+    FP8_SECTION,
+    Setting,
+)
 from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
@@ -61,133 +59,25 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
     TextKind,
     parse_bool,  # noqa: F401 - importable from here, as before the kinds had their own module
 )
-from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
+from accel.settings_accelerate import (
+    ACCELERATE_FSDP_SPELLINGS,
+    ACCELERATE_PREFIX,  # noqa: F401 - importable from here, as before Accelerate's spellings had their own module
+    ACCELERATE_TOP_LEVEL_NAMES,
+    DYNAMO_SECTION,
+    FSDP_SECTION,
+    PARALLELISM_SECTION,
+)
+from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS  # noqa: F401 - importable here
 from accel.settings_deepspeed import DEEPSPEED_SECTION
 from accel.settings_deepspeed import TABLE as DEEPSPEED_TABLE
 from accel.settings_deepspeed import USE_HELP as DEEPSPEED_USE_HELP
 
-ENV_PREFIX = "ACCEL_"
-ACCELERATE_PREFIX = "ACCELERATE_"
-"""The prefix of the variables Accelerate's launcher sets (FSDP's options have none: FSDP_VERSION, ...)."""
-FP8_SECTION = "fp8_config"
-"""The YAML mapping that holds the FP8 recipe."""
 RECIPE_PRECISION = "fp8"
 """The precision that reads the fp8_config section."""
 FP8_PREFIX = "fp8_"
 """The prefix that turns an FP8RecipeKwargs field into a setting name (flag and env var stem)."""
-BNB_SECTION = "bnb_config"
-"""The YAML mapping that holds the bitsandbytes quantization options (BitsandbytesKwargs' fields)."""
 BNB_PREFIX = "bnb_"
 """The prefix that turns a BitsandbytesKwargs field into a setting name: mode -> --bnb_mode, ACCEL_BNB_MODE."""
-FSDP_SECTION = "fsdp_config"
-"""The YAML mapping that holds FSDP's options, under Accelerate's keys (fsdp_auto_wrap_policy, ...)."""
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """One setting: its name (YAML key and flag/env stem), kind, default and keyword.
-
-    `keyword` is the Accelerator's keyword argument (or, for a recipe setting, the
-    FP8RecipeKwargs field); empty for a setting only the launcher uses. `flag` overrides the
-    flag's stem where another spelling is established (`--cpu` for use_cpu). A recipe setting
-    has no `help`: its field's docstring in FP8RecipeKwargs says what it means.
-    """
-
-    name: str
-    kind: Kind
-    default: Any
-    keyword: str = ""
-    help: str = ""
-    flag: str | None = None
-    section: str | None = None
-
-    @property
-    def env_var(self) -> str:
-        """The environment variable that carries this setting to a launched script."""
-        return ENV_PREFIX + self.name.upper()
-
-    @property
-    def accelerate_env_var(self) -> str | None:
-        """The variable through which `accelerate launch` hands this setting to a script, where Accelerate's
-        Accelerator reads one: ACCELERATE_<NAME>, or for an fsdp_config key FSDP's own FSDP_<KEY>."""
-        if self.name in ACCELERATE_DEEPSPEED_SPELLINGS:
-            return ACCELERATE_DEEPSPEED_SPELLINGS[self.name]
-        if self.name not in _ACCELERATE_NAMES:
-            return None
-        if self.section == FSDP_SECTION:
-            return _ACCELERATE_FSDP_SPELLINGS.get(self.name, self.name.upper())
-        if self.section == PARALLELISM_SECTION:
-            return self.name.upper()  # PARALLELISM_CONFIG_TP_SIZE, ... (ParallelismConfig reads them)
-        return ACCELERATE_PREFIX + self.name.upper()
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        """The `accel launch` option strings: underscore spelling first, then hyphens."""
-        stem = self.flag or self.name
-        hyphens = stem.replace("_", "-")
-        return (f"--{stem}",) if hyphens == stem else (f"--{stem}", f"--{hyphens}")
-
-    @property
-    def yaml_key(self) -> str:
-        """The key in config.yaml (inside `section`: the handler's field for a recipe or bnb setting)."""
-        return self.keyword if self.section in (FP8_SECTION, BNB_SECTION) else self.name
-
-    @property
-    def yaml_path(self) -> str:
-        """The key as a user reads it in messages: 'num_processes' or 'fp8_config.margin'."""
-        return f"{self.section}.{self.yaml_key}" if self.section else self.yaml_key
-
-    def check(self, value: Any, source: str) -> Any:
-        """The canonical form of a typed value (YAML, Python), or ValueError naming `source`."""
-        if self.section == FP8_SECTION:
-            return _check_recipe_field(self.yaml_key, value, source)
-        return self.kind.check(value, source)
-
-    def parse(self, text: str, source: str) -> Any:
-        """The canonical value written as `text` (env var, flag), or ValueError naming `source`."""
-        return self.check(self.kind.from_text(text, source), source)
-
-    def format(self, value: Any) -> str:
-        """`value` as the text of its environment variable."""
-        return self.kind.format(value)
-
-    def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
-        """The value from the environment (ACCEL_<NAME>, else Accelerate's variable), or the default when unset."""
-        found = self.lookup(environ)
-        return self.default if found is None else found[1]
-
-    def lookup(self, environ: Mapping[str, str] | None = None) -> tuple[str, Any] | None:
-        """(the variable that sets this setting, its parsed value), or None when neither ACCEL_<NAME> nor
-        Accelerate's variable is set. Both set to different values: ValueError naming both.
-
-        Example: with ACCELERATE_MIXED_PRECISION=bf16 (from `accelerate launch --mixed_precision bf16`),
-        `MIXED_PRECISION.lookup()` is `("ACCELERATE_MIXED_PRECISION", "bf16")`.
-        """
-        environ = os.environ if environ is None else environ
-        ours = self._parsed(environ, self.env_var)
-        theirs = self._parsed(environ, self.accelerate_env_var)
-        if ours is not None and theirs is not None and ours[1] != theirs[1]:
-            raise ValueError(
-                f"{self.env_var}={environ[self.env_var]!r} and {theirs[0]}={environ[theirs[0]]!r} are both set and "
-                f"disagree ({ours[1]!r} against {theirs[1]!r}): {theirs[0]} comes from `accelerate launch` (or your "
-                f"environment), {self.env_var} from `accel launch` (or your environment). Unset one of them, or give "
-                "them the same value."
-            )
-        return ours or theirs
-
-    def _parsed(self, environ: Mapping[str, str], variable: str | None) -> tuple[str, Any] | None:
-        if variable is None or variable not in environ:
-            return None
-        return variable, self.parse(environ[variable], variable)
-
-
-def _check_recipe_field(field: str, value: Any, source: str) -> Any:
-    """Let FP8RecipeKwargs judge one field: its types, ranges and spellings live there, not here."""
-    try:
-        recipe = FP8RecipeKwargs(**{field: value})
-    except (TypeError, ValueError) as error:
-        raise ValueError(str(error).replace(f"FP8RecipeKwargs.{field}", source)) from None
-    return getattr(recipe, field)
-
 
 MIXED_PRECISION = Setting(
     "mixed_precision", PrecisionKind(), "no", keyword="mixed_precision",
@@ -309,8 +199,6 @@ def _recipe_settings() -> tuple[Setting, ...]:
 
 FP8_SETTINGS = _recipe_settings()
 """The recipe's settings, in FP8RecipeKwargs' field order."""
-DYNAMO_SECTION = "dynamo_config"
-"""The YAML mapping that holds torch.compile's settings (Accelerate's name and keys)."""
 DYNAMO_BACKEND = Setting(
     "dynamo_backend", ChoiceKind(DYNAMO_BACKENDS), "no", keyword="dynamo_backend", section=DYNAMO_SECTION,
     help="compile prepared models with torch.compile and this backend (no: do not compile; inductor: torch's compiler)",
@@ -373,8 +261,6 @@ def _bnb_settings() -> tuple[Setting, ...]:
 BNB_SETTINGS = _bnb_settings()
 """The quantization settings, in BitsandbytesKwargs' field order; setting any of them turns quantization on."""
 BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
-PARALLELISM_SECTION = "parallelism_config"
-"""The YAML mapping that holds ParallelismConfig's sizes under Accelerate's keys (parallelism_config_tp_size, ...)."""
 _PARALLELISM_SIZES = {
     "dp_replicate_size": "replicas of the (sharded) model", "dp_shard_size": "processes FSDP2 shards over (use_fsdp)",
     "tp_size": "processes splitting each layer (tensor parallel)", "cp_size": "context parallel: 1 only (docs/distributed.md)",
@@ -392,17 +278,12 @@ DEEPSPEED_OPTION_SETTINGS = tuple(Setting(key, kind, default, keyword=field, hel
 """The deepspeed_config keys (accel/settings_deepspeed.py); keyword is the DeepSpeedPlugin field."""
 DEEPSPEED_SETTINGS = (USE_DEEPSPEED, *DEEPSPEED_OPTION_SETTINGS)
 DEEPSPEED_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in DEEPSPEED_OPTION_SETTINGS}
-_ACCELERATE_NAMES = frozenset(setting.name for setting in (
-    MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, *DYNAMO_SETTINGS, *FSDP_SETTINGS, *PARALLELISM_SETTINGS
-))
-"""The settings Accelerate's Accelerator also reads from the environment (under `accelerate_env_var`)."""
-_ACCELERATE_FSDP_SPELLINGS = {"fsdp_transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP"}
-"""Where Accelerate's FSDP variable is not the fsdp_config key in capitals."""
 ALL_SETTINGS = (TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS + PARALLELISM_SETTINGS
                 + DEEPSPEED_SETTINGS)
 SETTINGS_BY_NAME = {setting.name: setting for setting in ALL_SETTINGS}
 FP8_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in FP8_SETTINGS}
 assert set(_RECIPE_CHOICES) <= set(FP8_SETTINGS_BY_KEY), "a choice list names no FP8RecipeKwargs field"
+assert ACCELERATE_TOP_LEVEL_NAMES | set(ACCELERATE_FSDP_SPELLINGS) <= set(SETTINGS_BY_NAME), "an Accelerate name is no setting"
 
 
 def to_environment(values: Mapping[str, Any]) -> dict[str, str]:

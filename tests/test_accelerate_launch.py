@@ -137,6 +137,19 @@ def test_each_accelerate_variable_derives_from_the_setting_name() -> None:
     assert settings.NUM_PROCESSES.accelerate_env_var is None  # the launcher's layout is torchrun's RANK/WORLD_SIZE
     assert settings.SCHEDULER_PER_OPTIMIZER_STEP.accelerate_env_var is None
     assert settings.DEEPSPEED_SETTINGS_BY_KEY["zero_stage"].accelerate_env_var == "ACCELERATE_DEEPSPEED_ZERO_STAGE"
+    wrap = settings.FSDP_SETTINGS_BY_KEY["fsdp_transformer_layer_cls_to_wrap"]
+    assert wrap.accelerate_env_var == "FSDP_TRANSFORMER_CLS_TO_WRAP"  # Accelerate's variable is not the key in capitals
+    assert settings.PARALLELISM_SETTINGS_BY_KEY["parallelism_config_tp_size"].accelerate_env_var == "PARALLELISM_CONFIG_TP_SIZE"
+
+
+def test_the_settings_with_an_accelerate_variable_are_those_accelerates_accelerator_reads() -> None:
+    """Three top-level settings, use_fsdp, and every dynamo_config, fsdp_config, parallelism_config and
+    deepspeed_config setting: none other (an FP8 or bnb setting, or the launcher's layout) has one."""
+    read = (settings.MIXED_PRECISION, settings.USE_CPU, settings.GRADIENT_ACCUMULATION_STEPS, *settings.DYNAMO_SETTINGS,
+            *settings.FSDP_SETTINGS, *settings.PARALLELISM_SETTINGS, *settings.DEEPSPEED_SETTINGS)
+    assert {s.name for s in settings.ALL_SETTINGS if s.accelerate_env_var} == {s.name for s in read}
+    variables = [s.accelerate_env_var for s in read]
+    assert len(set(variables)) == len(variables)  # no two settings share a variable
 
 
 @pytest.mark.parametrize(

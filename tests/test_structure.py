@@ -32,8 +32,9 @@ def _imports(path: Path) -> set[str]:
 def test_import_accel_state_loads_under_40_accel_modules() -> None:
     """What an inference script's PartialState needs, without the Accelerator, backends or checkpoints.
 
-    36 today: the settings schema (with its DeepSpeed table and the monitoring handlers' names), the
-    kwargs handlers, the collectives (with the stall marks `accel launch` reads) and the process state.
+    38 today: the settings schema (the Setting class, the catalogue, its DeepSpeed table, Accelerate's
+    spellings and the monitoring handlers' names), the kwargs handlers, the collectives (with the stall
+    marks `accel launch` reads) and the process state.
     """
     code = "import sys, accel.state; print(sorted(m for m in sys.modules if m.split('.')[0] == 'accel'))"
     loaded = eval(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
