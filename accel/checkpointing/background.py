@@ -147,7 +147,7 @@ def take(store: dist.Store, key: str, what: str, timeout: float | None = None) -
     (default: the collective timeout) naming `what` was awaited."""
     from accel.distributed.process_group import timeout_in_force
 
-    limit = timeout_in_force[0] if timeout is None else timeout
+    limit = timeout_in_force() if timeout is None else timeout
     deadline = time.monotonic() + limit
     while not store.check([key]):
         if time.monotonic() > deadline:

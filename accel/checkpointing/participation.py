@@ -97,7 +97,7 @@ def _open(store: dist.Store, processes: int) -> tuple[Who, int]:
 def _join(store: dist.Store, rank: int) -> tuple[Who, int]:
     """Join the main process's open session. A session it closed without this process is this
     process's own only if no newer one opens within the grace period (this process is late, not early)."""
-    limit = timeout_in_force[0]
+    limit = timeout_in_force()
     deadline = time.monotonic() + limit
     missed: tuple[int, float] | None = None  # (a session decided without this process, when seen)
     seen_key = _seen_key(rank)

@@ -36,9 +36,9 @@ _generations = itertools.count()
 """Numbers the groups accel creates in this process, for their store keys. Every process creates
 and destroys groups in the same order, so they agree on the number."""
 
-_created: list[tuple[Any, Any] | None] = [None]
-"""(the group accel created, the excepthook before it), while it exists: end_training destroys
-that group only, never one the script created itself."""
+_created: list[tuple[Any, Any, float] | None] = [None]
+"""(the group accel created, the excepthook before it, its collective timeout in seconds), while it
+exists: end_training destroys that group only, never one the script created itself."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,16 +104,28 @@ def join_process_group(layout: Layout, device: torch.device, options: InitProces
     dist.init_process_group(
         backend, store=store, rank=layout.rank, world_size=layout.world_size, timeout=options.timeout
     )
-    _created[0] = (dist.group.WORLD, hook)
-    timeout_in_force[0] = options.timeout.total_seconds()
+    _created[0] = (dist.group.WORLD, hook, options.timeout.total_seconds())
     sys.excepthook = _Failure(sys.excepthook)
     if not _exit_hook:
         _exit_hook.append(atexit.register(_leave_at_exit))
     return backend
 
 
-timeout_in_force = [InitProcessGroupKwargs().timeout.total_seconds()]
-"""The collective timeout of the group accel created, in seconds (for the errors that name it)."""
+_DEFAULT_TIMEOUT = InitProcessGroupKwargs().timeout.total_seconds()
+
+
+def timeout_in_force() -> float:
+    """The running process group's collective timeout in seconds, for the waits and errors that name it: the one
+    accel gave the group it made, else (a group the script made) InitProcessGroupKwargs' default, 30 minutes.
+
+    Looked up from the running group at each call rather than kept when a group is made: a script may
+    destroy accel's group and make its own, and a value kept from the old group would then hold for
+    the new one. Example: `deadline = time.monotonic() + timeout_in_force()`.
+    """
+    created = _created[0]
+    if created is not None and dist.is_available() and dist.is_initialized() and dist.group.WORLD is created[0]:
+        return created[2]
+    return _DEFAULT_TIMEOUT
 
 
 def collective_timeout(options: InitProcessGroupKwargs, environ: Mapping[str, str]) -> datetime.timedelta:
