@@ -91,8 +91,8 @@ def default_backend(device: torch.device) -> str:
 def join_process_group(layout: Layout, device: torch.device, options: InitProcessGroupKwargs) -> str:
     """Initialise the process group for `layout` (or reuse the one that exists, unless accel's was
     released by end_training: that one is destroyed and a new one made, with this Accelerator's options); its backend."""
-    if _released[0]:
-        leave_process_group()
+    if _released[0] or not dist.is_initialized():
+        leave_process_group()  # destroys accel's released group; forgets one the script destroyed
     if dist.is_initialized():
         return _reuse(layout, options)
     backend = options.backend or default_backend(device)
@@ -189,16 +189,24 @@ _released = [False]
 
 
 def leave_process_group() -> None:
-    """Destroy the process group if accel created it (a group the script made itself stays)."""
+    """Destroy the process group if accel created it (a group the script made itself stays).
+
+    accel's group is forgotten (and the excepthook it put in taken out) even when the script has
+    destroyed it itself, and may run a group of its own now: nothing of that old group must be
+    taken for the new one's (the next group accel makes would otherwise wrap the hook twice).
+    """
     _released[0] = False
     created = _created[0]
-    if created is None or not dist.is_initialized() or dist.group.WORLD is not created[0]:
+    if created is None:
         return
-    dist.destroy_process_group()
     _created[0] = None
+    running = dist.is_initialized() and dist.group.WORLD is created[0]
+    if running:
+        dist.destroy_process_group()
     if isinstance(sys.excepthook, _Failure):  # not if the script has put in its own since
         sys.excepthook = created[1]
-    time.sleep(_SETTLE_SECONDS)  # see _leave_at_exit
+    if running:
+        time.sleep(_SETTLE_SECONDS)  # see _leave_at_exit
 
 
 def _reuse(layout: Layout, options: InitProcessGroupKwargs) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -48,3 +49,16 @@ def test_the_timeout_in_force_is_the_running_groups(no_group_left: None) -> None
     assert timeout_in_force() == 9
     leave_process_group()
     assert timeout_in_force() == DEFAULT and not dist.is_initialized()
+
+
+def test_a_group_the_script_destroyed_is_forgotten_with_its_excepthook(no_group_left: None) -> None:
+    hook = sys.excepthook
+    accel_group(7)
+    assert sys.excepthook is not hook  # accel's group notes a failing exit
+    dist.destroy_process_group()  # the script ends accel's group itself
+    accel_group(9)  # the next Accelerator's
+    leave_process_group()
+    assert sys.excepthook is hook  # not still wrapped for the first group
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    leave_process_group()  # at exit, say: the script's own group is not accel's to destroy
+    assert dist.is_initialized() and timeout_in_force() == DEFAULT
