@@ -15,6 +15,11 @@ save), and the main process, which publishes, sets `<key>/outcome`; a thread on 
 others waits for it (so that they, too, live until the checkpoint is published), and their next
 call raises what it says. A process that died leaves its key unset: the main process gives up
 after the collective timeout and publishes nothing.
+
+The store is the one of the process group the save started in, taken on the main thread when it
+starts (`group_store`) and handed to the thread: the script may destroy that group, or make
+another (a second Accelerator after end_training), while the write goes on, and a thread that
+looked the store up then would fail, or tell a store the other processes do not read.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Pending:
     target: Path
     thread: threading.Thread | None
     outcome_key: str | None
+    store: dist.Store | None
     publishes: bool
     error: BaseException | None = None
     reported: bool = False
@@ -59,22 +65,23 @@ _pending: list[Pending] = []
 
 def start(target: Path, work: Callable[[], None], outcome_key: str | None = None, publishes: bool = True) -> None:
     """Run `work` in the background thread. `outcome_key` (several processes): where the main
-    process (`publishes`) sets the outcome when `work` ends, and the others read it. Call
-    `finish_pending` first."""
-    pending = Pending(target, None, outcome_key, publishes)
+    process (`publishes`) sets the outcome when `work` ends, and the others read it, in the store of
+    the process group running now. Call `finish_pending` first."""
+    store = group_store() if outcome_key is not None else None
+    pending = Pending(target, None, outcome_key, store, publishes)
 
     def run() -> None:
         try:
             work()
         except BaseException as exc:  # kept for the next call, which raises it
             pending.error = exc
-        if outcome_key is None:
+        if outcome_key is None or store is None:
             return
         if publishes:
-            _publish_outcome(outcome_key, pending.error)
+            _publish_outcome(store, outcome_key, pending.error)
             return
         try:  # the main process's outcome, which covers this process's part too
-            pending.error = _remote_error(take(outcome_key, f"the outcome of saving {str(target)!r}"))
+            pending.error = _remote_error(take(store, outcome_key, f"the outcome of saving {str(target)!r}"))
         except BaseException as exc:
             pending.error = exc
 
@@ -90,17 +97,17 @@ def expect(target: Path, outcome_key: str) -> None:
     start(target, lambda: None, outcome_key, publishes=False)
 
 
-def run_and_report(key: str, work: Callable[[], Any]) -> Callable[[], None]:
-    """A thread body for a process that writes its part and reports it (or its error) under `key`."""
+def run_and_report(store: dist.Store, key: str, work: Callable[[], Any]) -> Callable[[], None]:
+    """A thread body for a process that writes its part and reports it (or its error) under `key` in `store`."""
 
     def body() -> None:
         try:
             value: Any = ("ok", work())
         except BaseException as exc:
             value = ("error", type(exc).__name__, str(exc))
-            put(key, pickle.dumps(value))
+            put(store, key, pickle.dumps(value))
             raise
-        put(key, pickle.dumps(value))
+        put(store, key, pickle.dumps(value))
 
     return body
 
@@ -121,18 +128,26 @@ def finish_pending(call: str) -> None:
         raise _reported(error, pending.target, call) from error
 
 
-def put(key: str, value: bytes) -> None:
-    """Set `key` in the process group's store."""
-    dist.distributed_c10d._get_default_store().set(key, value)  # type: ignore[arg-type]  # bytes are stored as given
+def group_store() -> dist.Store:
+    """The running process group's key-value store. Call it on the main thread when a save starts, and
+    hand it to the background thread (see the module docstring).
+
+    Example: `store = group_store(); start(target, run_and_report(store, key, work), outcome, publishes=False)`
+    """
+    return dist.distributed_c10d._get_default_store()
 
 
-def take(key: str, what: str, timeout: float | None = None) -> bytes:
-    """The value of `key` in the store once it is set; CheckpointWriteError after `timeout` seconds
+def put(store: dist.Store, key: str, value: bytes) -> None:
+    """Set `key` in `store`."""
+    store.set(key, value)  # type: ignore[arg-type]  # bytes are stored as given
+
+
+def take(store: dist.Store, key: str, what: str, timeout: float | None = None) -> bytes:
+    """The value of `key` in `store` once it is set; CheckpointWriteError after `timeout` seconds
     (default: the collective timeout) naming `what` was awaited."""
     from accel.distributed.process_group import timeout_in_force
 
-    store = dist.distributed_c10d._get_default_store()
-    limit = timeout_in_force[0] if timeout is None else timeout
+    limit = timeout_in_force() if timeout is None else timeout
     deadline = time.monotonic() + limit
     while not store.check([key]):
         if time.monotonic() > deadline:
@@ -144,11 +159,11 @@ def take(key: str, what: str, timeout: float | None = None) -> bytes:
     return store.get(key)
 
 
-def forget(key: str) -> None:
-    """Delete `key` from the store once read (a report of every shard file, per process and save, would
+def forget(store: dist.Store, key: str) -> None:
+    """Delete `key` from `store` once read (a report of every shard file, per process and save, would
     otherwise pile up in the store's memory over a long run)."""
     try:
-        dist.distributed_c10d._get_default_store().delete_key(key)
+        store.delete_key(key)
     except (RuntimeError, NotImplementedError):  # a store without deletion keeps it: a few kilobytes
         pass
 
@@ -158,11 +173,11 @@ def outcome_key(token: str) -> str:
     return f"{_PREFIX}/{token}"
 
 
-def _publish_outcome(key: str, error: BaseException | None) -> None:
+def _publish_outcome(store: dist.Store, key: str, error: BaseException | None) -> None:
     value = ("ok",) if error is None else ("error", type(error).__name__, str(error))
     try:
-        put(key, pickle.dumps(value))
-    except Exception as exc:  # the store is gone (the group was destroyed): the others cannot be told
+        put(store, key, pickle.dumps(value))
+    except Exception as exc:  # the store is gone (its server stopped): the others cannot be told
         print(f"accel: could not tell the other processes how a background save ended: {exc}", file=sys.stderr)
 
 

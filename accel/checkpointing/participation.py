@@ -16,6 +16,11 @@ for no one:
   process that arrives after its session was decided without it is "late": it returns the
   main process's folder, with a warning, and its state is not in that checkpoint.
 
+Which sessions a process has seen is kept in the same store (`_seen_key`), not in the process: a
+new process group (a second Accelerator after end_training, a group the script made itself)
+meets in a new store whose sessions count from 1 again, and a number remembered from the old
+one would make the process pass over the new group's sessions and wait for one that never comes.
+
 A save decided "main" writes the main process's RNG states and dataloader position only, and its
 manifest says so (`process_states: [0]`).
 """
@@ -42,8 +47,6 @@ _POLL = 0.01
 _COUNT = "accel/save_state/sessions"
 _MAIN_BY_CALL_SITE, _MAIN_BY_TIMEOUT, _ALL = "main-call-site", "main-timeout", "all"
 
-_seen = [0]
-"""The newest session this (non-main) process has dealt with."""
 
 
 def participants(accelerator: CheckpointHost) -> tuple[Who, int]:
@@ -94,14 +97,16 @@ def _open(store: dist.Store, processes: int) -> tuple[Who, int]:
 def _join(store: dist.Store, rank: int) -> tuple[Who, int]:
     """Join the main process's open session. A session it closed without this process is this
     process's own only if no newer one opens within the grace period (this process is late, not early)."""
-    limit = timeout_in_force[0]
+    limit = timeout_in_force()
     deadline = time.monotonic() + limit
     missed: tuple[int, float] | None = None  # (a session decided without this process, when seen)
+    seen_key = _seen_key(rank)
+    seen = store.add(seen_key, 0)
     while time.monotonic() < deadline:
         newest = store.add(_COUNT, 0)
-        for session in range(_seen[0] + 1, newest + 1):
+        for session in range(seen + 1, newest + 1):
             decided = _decision(store, session)
-            _seen[0] = session
+            seen = store.add(seen_key, session - seen)
             if decided == _MAIN_BY_CALL_SITE:
                 continue
             if decided is None:
@@ -116,6 +121,14 @@ def _join(store: dist.Store, rank: int) -> tuple[Who, int]:
         f"save_state: process {rank} waited {limit:g} s for the main process to call save_state too, and it did not. "
         "Call save_state from every process, or from the main process alone (inside `if accelerator.is_main_process:`)."
     )
+
+
+def _seen_key(rank: int) -> str:
+    """The store key of the newest session process `rank` has dealt with (0 before its first save_state).
+
+    Kept in the store whose counter numbered the sessions, so that it starts at 0 with every new
+    process group, as that counter does (see the module docstring)."""
+    return f"{_COUNT}/seen/{rank}"
 
 
 def _decision(store: dist.Store, session: int) -> str | None:

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from accel.checkpointing import layout
 from accel.checkpointing.across_processes import _rebuild, agree_all, on_main, together
-from accel.checkpointing.background import forget, outcome_key, run_and_report, start, take
+from accel.checkpointing.background import forget, group_store, outcome_key, run_and_report, start, take
 from accel.checkpointing.manifest import FileEntry, describe_file
 from accel.checkpointing.save import _open, _rotate, describe_run, write_files
 from accel.checkpointing.sharded import _RecordingWriter, by_name_state, owner
@@ -44,6 +44,8 @@ from accel.checkpointing.writer import move_into_place
 from accel.fsdp.checkpoint import METADATA_NAME
 
 if TYPE_CHECKING:
+    import torch.distributed as dist
+
     from accel.checkpointing.host import CheckpointHost
 
 Written = tuple[list[WriteResult], dict[str, FileEntry]]
@@ -72,17 +74,19 @@ def save_shards_in_background(
     plan = central[state.process_index]
     key = outcome_key(token)
     several = together(accelerator)
+    store = group_store() if several else None  # the threads' (see background.py)
     if not state.is_main_process:
-        body = run_and_report(f"{key}/{state.process_index}", lambda: _write_own(planner, writer, plan, shards))
+        assert store is not None  # with one process every process is the main one
+        body = run_and_report(store, f"{key}/{state.process_index}", lambda: _write_own(planner, writer, plan, shards))
         start(target, body, f"{key}/outcome", publishes=False)
         return target, iteration
     run = describe_run(accelerator, staged, iteration, False)
     limit = accelerator.project_configuration.total_limit
-    others = range(1, state.num_processes) if several else range(0)
+    others = [(store, rank) for rank in range(1, state.num_processes) if store is not None]  # (their store, rank)
 
     def publish() -> None:
         try:
-            written = [_write_own(planner, writer, plan, shards), *(_report_of(key, rank) for rank in others)]
+            written = [_write_own(planner, writer, plan, shards), *(_report_of(on, key, rank) for on, rank in others)]
             writer.finish(metadata=metadata, results=[results for results, _ in written])
             index = f"{layout.SHARDS_DIR}/{METADATA_NAME}"
             files = [{name: entry.size for name, entry in entries.items()} for _, entries in written]
@@ -133,10 +137,10 @@ def _write_own(planner: DefaultSavePlanner, writer: _RecordingWriter, plan: Save
     return results, {f"{layout.SHARDS_DIR}/{name}": describe_file(folder / name) for name in names}
 
 
-def _report_of(key: str, rank: int) -> Written:
-    """What process `rank` wrote, as it reported it; its error, raised, if it failed."""
-    outcome = pickle.loads(take(f"{key}/{rank}", f"process {rank}'s shards"))
-    forget(f"{key}/{rank}")
+def _report_of(store: dist.Store, key: str, rank: int) -> Written:
+    """What process `rank` wrote, as it reported it in `store`; its error, raised, if it failed."""
+    outcome = pickle.loads(take(store, f"{key}/{rank}", f"process {rank}'s shards"))
+    forget(store, f"{key}/{rank}")
     if outcome[0] != "ok":
         raise _rebuild(outcome, f"writing its shards failed on process {rank}")
     written: Written = outcome[1]

@@ -82,7 +82,7 @@ def describe(error: BaseException, operation: str) -> CollectiveError | None:
     elif any(mark in text for mark in _TIMEOUT_MARKS):
         reason = "timeout"
         message = (
-            f"{where}: {operation} waited {timeout_in_force[0]:g} s (the collective timeout) for the other processes "
+            f"{where}: {operation} waited {timeout_in_force():g} s (the collective timeout) for the other processes "
             "and at least one never joined it: it is stuck, far slower, or does not call it at this point "
             "(a collective inside `if accelerator.is_main_process:` is a common cause). If it is only slow, raise the "
             "timeout: InitProcessGroupKwargs(timeout=...), `accel launch --collective_timeout SECONDS` or "

@@ -36,9 +36,9 @@ _generations = itertools.count()
 """Numbers the groups accel creates in this process, for their store keys. Every process creates
 and destroys groups in the same order, so they agree on the number."""
 
-_created: list[tuple[Any, Any] | None] = [None]
-"""(the group accel created, the excepthook before it), while it exists: end_training destroys
-that group only, never one the script created itself."""
+_created: list[tuple[Any, Any, float] | None] = [None]
+"""(the group accel created, the excepthook before it, its collective timeout in seconds), while it
+exists: end_training destroys that group only, never one the script created itself."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +91,8 @@ def default_backend(device: torch.device) -> str:
 def join_process_group(layout: Layout, device: torch.device, options: InitProcessGroupKwargs) -> str:
     """Initialise the process group for `layout` (or reuse the one that exists, unless accel's was
     released by end_training: that one is destroyed and a new one made, with this Accelerator's options); its backend."""
-    if _released[0]:
-        leave_process_group()
+    if _released[0] or not dist.is_initialized():
+        leave_process_group()  # destroys accel's released group; forgets one the script destroyed
     if dist.is_initialized():
         return _reuse(layout, options)
     backend = options.backend or default_backend(device)
@@ -104,16 +104,28 @@ def join_process_group(layout: Layout, device: torch.device, options: InitProces
     dist.init_process_group(
         backend, store=store, rank=layout.rank, world_size=layout.world_size, timeout=options.timeout
     )
-    _created[0] = (dist.group.WORLD, hook)
-    timeout_in_force[0] = options.timeout.total_seconds()
+    _created[0] = (dist.group.WORLD, hook, options.timeout.total_seconds())
     sys.excepthook = _Failure(sys.excepthook)
     if not _exit_hook:
         _exit_hook.append(atexit.register(_leave_at_exit))
     return backend
 
 
-timeout_in_force = [InitProcessGroupKwargs().timeout.total_seconds()]
-"""The collective timeout of the group accel created, in seconds (for the errors that name it)."""
+_DEFAULT_TIMEOUT = InitProcessGroupKwargs().timeout.total_seconds()
+
+
+def timeout_in_force() -> float:
+    """The running process group's collective timeout in seconds, for the waits and errors that name it: the one
+    accel gave the group it made, else (a group the script made) InitProcessGroupKwargs' default, 30 minutes.
+
+    Looked up from the running group at each call rather than kept when a group is made: a script may
+    destroy accel's group and make its own, and a value kept from the old group would then hold for
+    the new one. Example: `deadline = time.monotonic() + timeout_in_force()`.
+    """
+    created = _created[0]
+    if created is not None and dist.is_available() and dist.is_initialized() and dist.group.WORLD is created[0]:
+        return created[2]
+    return _DEFAULT_TIMEOUT
 
 
 def collective_timeout(options: InitProcessGroupKwargs, environ: Mapping[str, str]) -> datetime.timedelta:
@@ -177,16 +189,24 @@ _released = [False]
 
 
 def leave_process_group() -> None:
-    """Destroy the process group if accel created it (a group the script made itself stays)."""
+    """Destroy the process group if accel created it (a group the script made itself stays).
+
+    accel's group is forgotten (and the excepthook it put in taken out) even when the script has
+    destroyed it itself, and may run a group of its own now: nothing of that old group must be
+    taken for the new one's (the next group accel makes would otherwise wrap the hook twice).
+    """
     _released[0] = False
     created = _created[0]
-    if created is None or not dist.is_initialized() or dist.group.WORLD is not created[0]:
+    if created is None:
         return
-    dist.destroy_process_group()
     _created[0] = None
+    running = dist.is_initialized() and dist.group.WORLD is created[0]
+    if running:
+        dist.destroy_process_group()
     if isinstance(sys.excepthook, _Failure):  # not if the script has put in its own since
         sys.excepthook = created[1]
-    time.sleep(_SETTLE_SECONDS)  # see _leave_at_exit
+    if running:
+        time.sleep(_SETTLE_SECONDS)  # see _leave_at_exit
 
 
 def _reuse(layout: Layout, options: InitProcessGroupKwargs) -> str:
