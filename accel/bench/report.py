@@ -14,7 +14,7 @@ from accel.bench.run import Row
 
 CSV_FIELDS: tuple[str, ...] = (
     "case", "mode", "status", "ran", "step_ms", "spread", "cpu_ms", "tokens_per_s", "mfu", "first_step_s", "peak_mib",
-    "bytes_per_param", "loss", "note", "losses", "speedups",
+    "bytes_per_param", "cpu_share", "loss", "note", "losses", "speedups",
 )  # fmt: skip
 _LISTS = ("losses", "speedups")
 """The CSV fields that hold one number per step, separated by spaces."""
@@ -24,6 +24,8 @@ MIN_GAIN = 0.05
 """The smallest speed-up over fp32 eager that a recommendation counts as one."""
 MIN_ROUNDS = 4
 """Interleaved rounds (timed steps) a row needs before it can be recommended."""
+STARVED_SHARE = 0.9
+"""fp32 eager's Row.cpu_share below which a CPU's step times cannot decide (torch's threads starved unevenly)."""
 BUSY_SPREAD = 0.15
 """fp32 eager's spread above which the machine is said to be busy (Row.spread)."""
 
@@ -51,6 +53,14 @@ class Recommendation:
             return f"No recommendation: the {REFERENCE} eager row did not run, so no loss to compare with."
         if self.fastest is None:
             return f"No recommendation: no row's loss is within {self.tolerance:.0%} of {REFERENCE}'s."
+        if _starved(self.reference):
+            return (
+                f"No recommendation: the machine was too busy for these step times. The process ran "
+                f"{self.reference.cpu_share:.0%} of the time {REFERENCE} eager's steps took (alone on its cores, at "
+                "least 100%); when other programs take the cores, torch's threads slow down unevenly, so the rows' "
+                "order says more about them than about the precisions. Run again on a quiet machine, or with "
+                "OMP_NUM_THREADS=1, where sharing the CPU slows every row alike."
+            )
         busy = _busy(self.reference)
         if self.fastest is self.reference:
             return (
@@ -89,6 +99,11 @@ def clear(row: Row) -> bool:
     return 4 * faster >= 3 * len(row.speedups)
 
 
+def _starved(reference: Row) -> bool:
+    """Whether the reference's process got too little of the CPU for its threads (see Row.cpu_share)."""
+    return reference.cpu_share is not None and reference.cpu_share < STARVED_SHARE
+
+
 def _busy(reference: Row) -> str:
     spread = reference.spread or 0.0
     if spread <= BUSY_SPREAD:
@@ -114,7 +129,7 @@ def recommend(rows: Sequence[Row], tolerance: float) -> Recommendation:
     best = max(close, key=lambda r: 1.0 if r is reference else speedup(r, reference), default=None)
     if best is None:
         return Recommendation(None, reference, tolerance)
-    chosen = best if best is reference or clear(best) else None
+    chosen = best if not _starved(reference) and (best is reference or clear(best)) else None
     return Recommendation(chosen, reference, tolerance, best)
 
 

@@ -48,6 +48,11 @@ class Row:
     loss: float | None = None
     """Training loss of the last step."""
     losses: list[float] = field(default_factory=list)
+    cpu_share: float | None = None
+    """On a CPU running torch with several threads: the process's CPU time over the wall time of its timed steps
+    (None elsewhere). Alone on its cores at least one thread always runs, so at least 1.0; below
+    `STARVED_SHARE` other programs took the cores, and torch's threads then slow down unevenly
+    (measured: fp32 40x slower per step beside two busy loops on 2 cores, native FP8 30x)."""
     speedups: list[float] = field(default_factory=list)
     """The reference's (fp32 eager) step time over this row's, for each step after the warm-up, the two
     timed in the same interleaved round, moments apart: > 1 is faster. Their median is `vs_reference`."""
@@ -271,6 +276,8 @@ def _finish(run: _Run, warmup: int, tokens: int, flops: float | None) -> None:
         return
     _fill(run.row, run.times, warmup, tokens)
     run.row.cpu_ms = statistics.median(run.cpu_times[warmup:] or run.cpu_times[-1:]) * 1e3
+    if run.accelerator.device.type == "cpu" and torch.get_num_threads() > 1:
+        run.row.cpu_share = sum(run.cpu_times[warmup:]) / max(sum(run.times[warmup:]), 1e-9)
     run.row.bytes_per_param = state_bytes(run.model, run.optimizer.optimizer) / max(run.parameters, 1)
     run.row.mfu = mfu(flops, run.row.tokens_per_s, run.accelerator.device, run.accelerator.precision.compute_dtype)
 

@@ -169,3 +169,16 @@ def test_the_chart_shows_each_rows_loss_against_fp32s(tmp_path: Path) -> None:
     rows[0].losses, rows[1].losses, rows[2].losses = [3.0, 2.0], [3.01, 2.01], [3.0, math.nan]
     assert write_chart(rows, tmp_path / "bench.png", "test") is None
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_cpu_whose_cores_other_programs_took_gives_no_recommendation() -> None:
+    """Beside two busy loops on 2 cores, fp32 stepped 40x slower and native FP8 30x: the order was the load's."""
+    reference = _row("fp32", "eager", 3761.6, 2.0, speedups=[1.0] * 6)
+    fp8 = _row("fp8-native-O1", "eager", 2790.4, 2.0, speedups=[1.35] * 6)
+    reference.cpu_share = 0.66
+    verdict = recommend([reference, fp8], tolerance=0.02)
+    assert verdict.row is None
+    assert verdict.text().startswith("No recommendation: the machine was too busy for these step times. The process "
+                                     "ran 66% of the time fp32 eager's steps took (alone on its cores, at least 100%)")
+    reference.cpu_share = 1.2  # two threads, alone: more CPU time than wall time
+    assert recommend([reference, fp8], tolerance=0.02).row is fp8

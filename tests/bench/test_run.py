@@ -90,3 +90,17 @@ def test_without_room_for_every_case_they_train_in_groups_each_timed_against_its
 
 def _eager(*names: str) -> list[tuple[Case, str]]:
     return [(case, "eager") for case in select_cases(list(names))]
+
+
+def test_the_cpu_share_is_measured_with_several_threads_only() -> None:
+    work = _workload(steps=3)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = run_cases(work, _eager("fp32"), 1, 1e-2, lambda: None)[0]
+        torch.set_num_threads(1)
+        one = run_cases(work, _eager("fp32"), 1, 1e-2, lambda: None)[0]
+    finally:
+        torch.set_num_threads(threads)
+    assert two.cpu_share is not None and two.cpu_share > 0
+    assert one.cpu_share is None  # one thread: sharing the CPU slows every row alike, nothing to judge
