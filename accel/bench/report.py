@@ -243,11 +243,16 @@ def _plot_loss_differences(axes: Any, reference: Row, ran: Sequence[Row], labels
         label: [a - b for a, b in zip(row.losses, reference.losses, strict=False)]
         for label, row in zip(labels, ran, strict=True) if row is not reference
     }
-    finite = [abs(d) for values in differences.values() for d in values if math.isfinite(d)]
-    limit = 1.2 * max(finite, default=0.0) or 1e-3
+    diverged = {label for label, values in differences.items() if not all(math.isfinite(d) for d in values)}
+    # the axis fits the rows that stayed finite: a diverging row's last finite values (a loss of 100 before
+    # its NaN) would flatten every other curve onto the zero line
+    kept = [abs(d) for label, values in differences.items() if label not in diverged for d in values]
+    limit = 1.2 * max(kept, default=0.0) or 1e-3
+    compiled = {label for label, row in zip(labels, ran, strict=True) if row.mode != "eager"}
     for label, values in differences.items():
-        off = not all(math.isfinite(d) for d in values)
-        axes.plot(range(1, len(values) + 1), values, label=label + (" (leaves the chart)" if off else ""))
+        off = label in diverged or any(abs(d) > limit for d in values)
+        axes.plot(range(1, len(values) + 1), values, label=label + (" (leaves the chart)" if off else ""),
+                  linestyle="--" if label in compiled else "-")  # 16 rows share 10 colours: the mode tells them apart
     axes.set_ylim(-limit, limit)
     axes.set_ylabel(f"training loss minus {REFERENCE} eager's")
 

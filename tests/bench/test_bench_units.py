@@ -171,6 +171,23 @@ def test_the_chart_shows_each_rows_loss_against_fp32s(tmp_path: Path) -> None:
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_diverging_row_does_not_flatten_the_others_loss_differences() -> None:
+    """16-true's loss reached 139 before its NaN: the axis fits the rows that stayed finite, the diverging one leaves it."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from accel.bench.report import _plot_loss_differences
+
+    rows = [_row("fp32", "eager", 10.0, 2.0), _row("bf16", "eager", 8.0, 2.01), _row("16-true", "eager", 7.0, math.nan)]
+    rows[0].losses, rows[1].losses, rows[2].losses = [3.0, 2.0, 1.5], [3.01, 2.01, 1.49], [3.0, 139.0, math.nan]
+    figure, axes = plt.subplots()
+    _plot_loss_differences(axes, rows[0], rows, ["fp32 (eager)", "bf16 (eager)", "16-true (eager)"])
+    assert axes.get_ylim() == pytest.approx((-0.012, 0.012))  # 1.2 x bf16's largest difference, 0.01
+    assert [text.get_text() for text in axes.legend().get_texts()][-1] == "16-true (eager) (leaves the chart)"
+    plt.close(figure)
+
+
 def test_a_cpu_whose_cores_other_programs_took_gives_no_recommendation() -> None:
     """Beside two busy loops on 2 cores, fp32 stepped 40x slower and native FP8 30x: the order was the load's."""
     reference = _row("fp32", "eager", 3761.6, 2.0, speedups=[1.0] * 6)
