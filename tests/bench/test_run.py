@@ -17,20 +17,22 @@ from accel.bench.workload import Workload
 
 
 class Recorded(nn.Module):
-    """A linear layer that notes which copy ran each forward (the list is the class's: copies share it)."""
+    """A linear layer that notes which copy ran each forward (the list is the class's: copies share it; it holds
+    the copies themselves, as an id can be reused once a copy is freed)."""
 
-    calls: ClassVar[list[int]] = []
+    calls: ClassVar[list[nn.Module]] = []
 
     def __init__(self) -> None:
         super().__init__()
         self.linear = nn.Linear(8, 4)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        Recorded.calls.append(id(self))
+        Recorded.calls.append(self)
         return self.linear(inputs)
 
 
 def _workload(steps: int) -> Workload:
+    Recorded.calls.clear()
     torch.manual_seed(0)
     batches = [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(steps)]
     return Workload("recorded", Recorded(), batches, lambda out, target: F.cross_entropy(out.float(), target), 4)
@@ -42,9 +44,9 @@ def test_cases_take_turns_one_step_each_in_a_rotating_order_after_their_warm_up(
     rows = run_cases(work, _eager("fp32", "bf16-true", "fp8-te"), 1, 1e-2, lambda: None)
     assert [(row.case, row.status) for row in rows] == [("fp32", "ran"), ("bf16-true", "ran"), ("fp8-te", "skipped")]
     first, second = Recorded.calls[0], Recorded.calls[1]
-    assert first != second
+    assert first is not second
     # warm-up step of each in turn, then rounds of one step each: (a, b), (b, a), (a, b)
-    order = ["a" if call == first else "b" for call in Recorded.calls]
+    order = ["a" if call is first else "b" for call in Recorded.calls]
     assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]
     for row in rows[:2]:
         assert len(row.losses) == 4 and row.step_ms is not None and row.step_ms > 0
@@ -84,7 +86,8 @@ def test_without_room_for_every_case_they_train_in_groups_each_timed_against_its
     assert [row.case for row in grouped] == [case.name for case, _ in jobs]
     assert [row.losses for row in grouped] == [row.losses for row in together]
     assert all(len(row.speedups) == 3 for row in grouped)
-    assert len(set(Recorded.calls)) == 4  # fp32 trained twice, once beside each of the others
+    assert len({id(call) for call in Recorded.calls}) == 4  # fp32 trained twice, once beside each of the others
+    Recorded.calls.clear()
     assert len(ticks) == 3 * 4  # the second fp32 copy's steps are not counted again
 
 

@@ -87,8 +87,11 @@ def test_bench_a_hook_model_in_several_precisions(tmp_path: Path, hook: str, cap
         assert float(row["bytes_per_param"]) == pytest.approx(12.0, abs=0.1)  # fp32 weight + AdamW's two moments
     assert msamp["status"] == "skipped" and "MS-AMP" in msamp["note"] and msamp["step_ms"] == ""
     assert "skipped [1]" in out and "[1] FP8RecipeKwargs(backend='msamp') cannot run here" in out
-    # a 3-step run: the recommendation, or the statement that no row clears the noise of its step times
-    assert ("Recommended: " in out and "within the tolerance of 2%" in out) or "No precision is clearly faster" in out
+    # 3 steps, 1 warm-up: 2 timed rounds are too few to recommend another precision than fp32
+    too_few = "No precision is clearly faster than fp32 eager here" in out and "too few to tell" in out
+    fp32_fastest = "Recommended: fp32 (eager): no other precision whose loss stays within 2% of it ran faster here." in out
+    too_busy = "No recommendation: the machine was too busy for these step times." in out
+    assert [too_few, fp32_fastest, too_busy].count(True) == 1, out
     assert (tmp_path / "out" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
