@@ -40,7 +40,8 @@ def test_quick_runs_the_example_gpt_eager_only_and_marks_its_recommendation(tmp_
     assert f"(a quick run: eager only), {QUICK_STEPS} steps each" in done.stderr
     assert "--quick gives a first look" not in done.stderr
     quick = f"Quick run (eager only, {QUICK_STEPS} steps of batch 2): "
-    assert quick + "Recommended: " in done.stdout or quick + "No precision is clearly faster" in done.stdout
+    verdicts = ("Recommended: ", "No precision is clearly faster", "No recommendation: the machine was too busy")
+    assert any(quick + verdict in done.stdout for verdict in verdicts), done.stdout
     assert "Run without --quick for the compiled rows" in done.stdout
     with (tmp_path / "bench.csv").open() as handle:
         rows = list(csv.DictReader(handle))
