@@ -54,8 +54,9 @@ class Row:
     `STARVED_SHARE` other programs took the cores, and torch's threads then slow down unevenly
     (measured: fp32 40x slower per step beside two busy loops on 2 cores, native FP8 30x)."""
     speedups: list[float] = field(default_factory=list)
-    """The reference's (fp32 eager) step time over this row's, for each step after the warm-up, the two
-    timed in the same interleaved round, moments apart: > 1 is faster. Their median is `vs_reference`."""
+    """The reference's (fp32 eager) step time over this row's, for each step of the interleaved rounds (after
+    the warm-up, and never the first step), the two timed in the same round, moments apart: > 1 is faster.
+    Their median is `vs_reference`."""
     note: str = ""
 
     @property
@@ -148,7 +149,7 @@ def _train_group(
         for run in runs:
             _finish(run, warmup, work.tokens_per_step, flops)
             if timed_against is not None:
-                run.row.speedups = _paired(timed_against.times, run.times, warmup)
+                run.row.speedups = _paired(timed_against.times, run.times, first)
     finally:
         for run in runs:
             run.close()
@@ -158,10 +159,11 @@ def _train_group(
 def _begin(work: Workload, job: Job, lr: float, first: int, progress: Progress, runs: list[_Run]) -> Row:
     """Start `job` and train its first `first` steps, measuring its peak memory; added to `runs` if it runs."""
     run = _start(work, *job, lr)
-    if run.row.status == "ran":
+    if run.row.status == "ran" and run.memory is not None:
         runs.append(run)
-        memory = _steps(run, range(first), progress)
-        run.row.peak_mib = None if memory is None else memory / 2**20
+        _steps(run, range(first), progress)
+        peak = run.memory.stop()
+        run.row.peak_mib = None if peak is None else peak / 2**20
     return run.row
 
 
@@ -176,9 +178,10 @@ def _room(reference: _Run) -> bool:
     return peak is None or free is None or free > ROOM_FACTOR * peak * 2**20
 
 
-def _paired(reference: list[float], times: list[float], warmup: int) -> list[float]:
-    """The reference's step time over `times`'s, step by step after the warm-up (steps of the same round)."""
-    return [ref / own for ref, own in zip(reference[warmup:], times[warmup:], strict=False) if own > 0]
+def _paired(reference: list[float], times: list[float], first: int) -> list[float]:
+    """The reference's step time over `times`'s, step by step from step `first`, where the rounds start: each
+    pair was timed in the same round (the steps before, each job's own warm-up, ran one job after another)."""
+    return [ref / own for ref, own in zip(reference[first:], times[first:], strict=False) if own > 0]
 
 
 @dataclass
@@ -240,11 +243,11 @@ def _start(work: Workload, case: Case, mode: str, lr: float) -> _Run:
     return run
 
 
-def _steps(run: _Run, indices: range, progress: Progress) -> int | None:
+def _steps(run: _Run, indices: range, progress: Progress) -> None:
     """Train `run` on the batches at `indices`, the loop a user writes, timing each step (wall-clock and
-    process CPU time); the peak memory since the case started when it had not been read yet."""
+    process CPU time); a step that raises marks the row failed."""
     if run.row.status != "ran":
-        return None
+        return
     accelerator, model, optimizer, loss_fn = run.accelerator, run.model, run.optimizer, run.loss_fn
     try:
         for index in indices:
@@ -260,8 +263,6 @@ def _steps(run: _Run, indices: range, progress: Progress) -> int | None:
             progress()
     except Exception as error:  # noqa: BLE001 - one case failing must not end the others
         run.fail(error)
-    memory, run.memory = run.memory, None
-    return None if memory is None else memory.stop()
 def _rotated(runs: list[_Run], number: int) -> list[_Run]:
     """`runs` starting at the `number`-th (modulo their count): each case follows each other in turn."""
     if not runs:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch.distributed as dist
 
+from accel.checkpointing.background import group_store
 from accel.checkpointing.call_site import called_on_main_only
 from accel.distributed.process_group import timeout_in_force
 
@@ -54,7 +55,7 @@ def participants(accelerator: CheckpointHost) -> tuple[Who, int]:
     state = accelerator.process_state
     if not state.distributed:
         return "all", 0
-    store = dist.distributed_c10d._get_default_store()  # the group's store (accel made it, or the script did)
+    store = group_store()  # the group's store (accel made it, or the script did)
     if state.is_main_process:
         return _open(store, state.num_processes)
     return _join(store, state.process_index)
@@ -62,12 +63,12 @@ def participants(accelerator: CheckpointHost) -> tuple[Who, int]:
 
 def publish_result(session: int, folder: str) -> None:
     """Main process: the folder of session `session`, for a process that arrives late."""
-    dist.distributed_c10d._get_default_store().set(f"{_COUNT}/{session}/folder", folder)
+    group_store().set(f"{_COUNT}/{session}/folder", folder)
 
 
 def late_folder(session: int) -> str:
     """The folder the main process wrote in session `session` (waits for it)."""
-    return dist.distributed_c10d._get_default_store().get(f"{_COUNT}/{session}/folder").decode()
+    return group_store().get(f"{_COUNT}/{session}/folder").decode()
 
 
 def _open(store: dist.Store, processes: int) -> tuple[Who, int]:
