@@ -9,20 +9,12 @@ from typing import Any
 
 import torch
 
-from accel._warnings import warn_once
 from accel.backends.deepspeed import DeepSpeedPrecision, deepspeed_precision
 from accel.deepspeed import config as ds_config
 from accel.deepspeed.environment import environment_plugin
 from accel.deepspeed.plugin import DeepSpeedPlugin
 from accel.kwargs_handlers import Handlers
 from accel.settings import GRADIENT_ACCUMULATION_STEPS, MIXED_PRECISION
-
-ZERO3_ON_CPU = (
-    "DeepSpeedPlugin(zero_stage=3) on the CPU: DeepSpeed 0.19's ZeRO-3 diverges there (measured with DeepSpeed alone, "
-    "2 gloo processes, a small MLP and SGD: loss 3e9 after 24 steps, then NaN, where ZeRO-2 trains the same "
-    "batches; docs/deepspeed.md). It runs as asked; on the CPU use zero_stage 2, or FSDP2 to shard the weights too."
-)
-"""Said once when ZeRO-3 is asked for on the CPU (the wizard does not offer it there)."""
 
 
 def resolve_plugin(plugin: Any, fsdp_plugin: Any) -> DeepSpeedPlugin | None:
@@ -78,8 +70,7 @@ def backend(
     if dynamo_backend not in (None, "no", "NO"):
         raise ValueError(f"dynamo_backend={dynamo_backend!r} with a DeepSpeedPlugin: compiling the engine is not "
                          "provided. Leave dynamo_backend 'no', or train without DeepSpeed.")
-    if device.type == "cpu" and plugin.zero_stage == 3:
-        warn_once(ZERO3_ON_CPU, UserWarning)
+    ds_config.gather_one_at_a_time_on_gloo(plugin, device)
     precision = deepspeed_precision(name, device, handlers)
     ds_config.check_precision(plugin, precision)
     plugin.set_deepspeed_weakref(precision.config_sections())

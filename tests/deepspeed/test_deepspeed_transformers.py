@@ -24,8 +24,5 @@ def test_a_llama_built_under_zero3_init_trains_and_save_model_writes_it_whole(tm
     assert tied <= {"lm_head.weight"} and all(saved[name] == shapes[name] for name in saved)
     assert run.results[0]["same"] is True
     first, second = run.of("losses")
-    if not all(math.isfinite(loss) for loss in first + second):
-        # DeepSpeed 0.19's ZeRO-3 diverges on the CPU now and then, without accel too (docs/deepspeed.md);
-        # what accel does here (partitioned build, the whole model gathered and saved) was checked above
-        pytest.skip(f"DeepSpeed's ZeRO-3 diverged on the CPU in this run: {first}, {second}")
+    assert all(math.isfinite(loss) for loss in first + second)  # gathers on gloo one at a time (docs/deepspeed.md)
     assert first[-1] < first[0] and second[-1] < second[0]  # it learns the 16 fixed sequences

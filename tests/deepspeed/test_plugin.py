@@ -243,14 +243,29 @@ def test_dummy_optimizer_and_scheduler_build_the_jsons_with_their_values() -> No
     assert rates[0] < rates[-1] == pytest.approx(0.1)  # the engine stepped the warmup
 
 
-def test_zero3_on_the_cpu_warns_that_it_diverges_there(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measured with DeepSpeed alone (docs/deepspeed.md): said once, it runs as asked."""
+def _construct(plugin: DeepSpeedPlugin, device: str) -> None:
     from accel.deepspeed import options
     from accel.kwargs_handlers import Handlers
 
+    options.backend(plugin, "no", torch.device(device), Handlers(), quantized=False, parallelism=None,
+                    dynamo_backend=None)
+
+
+def test_zero3_on_the_cpu_gathers_one_parameter_at_a_time() -> None:
+    """gloo finishes DeepSpeed's coalesced gathers out of order (docs/deepspeed.md): on the CPU the engine's and
+    zero.Init's config carry stage3_allgather_sequential; elsewhere, and below stage 3, nothing is added."""
     pytest.importorskip("deepspeed")
     plugin = DeepSpeedPlugin(zero_stage=3)
-    with pytest.warns(UserWarning, match=r"zero_stage=3\) on the CPU: DeepSpeed 0.19's ZeRO-3 diverges there"):
-        options.backend(plugin, "no", torch.device("cpu"), Handlers(), quantized=False, parallelism=None,
-                        dynamo_backend=None)
-    assert "diverges on the CPU" in __import__("accel.cli.config.wizard_deepspeed", fromlist=["x"]).ZERO3_CPU_REASON
+    _construct(plugin, "cpu")
+    assert plugin.deepspeed_config["zero_optimization"]["stage3_allgather_sequential"] is True
+    for stage, device in ((2, "cpu"), (3, "meta")):
+        other = DeepSpeedPlugin(zero_stage=stage)
+        _construct(other, device)
+        assert "stage3_allgather_sequential" not in other.deepspeed_config["zero_optimization"]
+
+
+def test_a_config_asking_for_coalesced_gathers_on_the_cpu_is_refused_with_the_reason() -> None:
+    pytest.importorskip("deepspeed")
+    plugin = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3, "stage3_allgather_sequential": False}})
+    with pytest.raises(ValueError, match=r"stage3_allgather_sequential=false on the CPU: .* waits only for the last"):
+        _construct(plugin, "cpu")

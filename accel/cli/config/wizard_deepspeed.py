@@ -21,7 +21,6 @@ STAGES = {
     2: "2  optimizer state and gradients sharded",
     3: "3  optimizer state, gradients and weights sharded",
 }
-ZERO3_CPU_REASON = "DeepSpeed's ZeRO-3 diverges on the CPU (docs/deepspeed.md); FSDP2 shards the weights there"
 DEFAULT_STAGE = 2
 """DeepSpeed's (and Accelerate's) default stage."""
 
@@ -37,8 +36,7 @@ def ask_deepspeed(current: Mapping[str, Any], answers: Mapping[str, Any], device
     if not ask_yes_no("Train through DeepSpeed's ZeRO engine instead of DDP (use_deepspeed)?",
                       bool(current.get(USE_DEEPSPEED.name, False))):
         return {}
-    refused = {3: ZERO3_CPU_REASON} if getattr(device, "type", "cpu") == "cpu" else {}
-    stage = ask_select("Which ZeRO stage (zero_stage)?", [Option(n, title, refused.get(n)) for n, title in STAGES.items()],
+    stage = ask_select("Which ZeRO stage (zero_stage)?", [Option(n, title) for n, title in STAGES.items()],
                        current.get(STAGE.name) if current.get(STAGE.name) is not None else DEFAULT_STAGE)
     offload = ask_select(
         "Where should ZeRO keep the optimizer state (offload_optimizer_device)?",
