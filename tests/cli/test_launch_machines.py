@@ -124,7 +124,7 @@ def test_restarts_across_machines_resume_to_the_uninterrupted_weights(clean_env:
             except OSError:
                 time.sleep(0.2)
         processes.append(_machine(1, port, *flags, script=script, env=env))
-        errors = [process.communicate(timeout=240)[1] for process in processes]
+        errors = _outputs(processes, timeout=240)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -135,6 +135,20 @@ def test_restarts_across_machines_resume_to_the_uninterrupted_weights(clean_env:
     assert all(rank_lines[:2] == ['["started_at", 0]', '["started_at", 6]'] for rank_lines in lines.values())
     params = [next(line for line in rank_lines if line.startswith('["params"')) for rank_lines in lines.values()]
     assert params[0] == params[1] == _uninterrupted_params(env, tmp_path / "plain")
+
+
+def _outputs(processes: list[subprocess.Popen[str]], timeout: float) -> list[str]:
+    """Each machine's stderr once all have ended; if one is still running at `timeout`, every machine is killed
+    and the test fails with what each had printed (a stall report included), not a bare TimeoutExpired."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [process.communicate(timeout=max(1.0, deadline - time.monotonic()))[1] for process in processes]
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        printed = [f"machine {rank}: {process.communicate()[1][-3000:]}" for rank, process in enumerate(processes)]
+        pytest.fail(f"still running after {timeout} s:\n" + "\n".join(printed))
 
 
 def _uninterrupted_params(env: dict[str, str], folder: Path) -> str:
