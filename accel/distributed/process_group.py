@@ -35,6 +35,9 @@ _DEFAULT_BACKENDS = {"cuda": "nccl", "xpu": "xccl"}
 _generations = itertools.count()
 """Numbers the groups accel creates in this process, for their store keys. Every process creates
 and destroys groups in the same order, so they agree on the number."""
+ROUND_VARIABLE = "_ACCEL_LAUNCH_ROUND"
+"""A name for the launch's current rendezvous round, the same in every worker of every machine and new in each
+round: set by `accel launch`'s agent (cli/launch/rank_grace.py), read where the group's store keys are made."""
 
 _created: list[tuple[Any, Any, float] | None] = [None]
 """(the group accel created, the excepthook before it, its collective timeout in seconds), while it
@@ -238,7 +241,10 @@ def _rendezvous(layout: Layout, options: InitProcessGroupKwargs) -> dist.Store:
     store.set_timeout(options.timeout)
     # A restarted process (accel launch --max_restarts) may meet in the same store as the attempt before it:
     # without the attempt in the keys it would read that attempt's addresses and wait for processes long gone.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    # The attempt is the launch's rendezvous round, which every machine shares; torchrun's restart count is
+    # each machine's own (a machine that restarts because another rejoined does not count it), so it is only
+    # the fallback, for scripts started by torchrun itself.
+    attempt = os.environ.get(ROUND_VARIABLE) or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"accel_pg_{attempt}_{next(_generations)}", store)
 
 

@@ -107,7 +107,9 @@ RESTART_SCRIPT = HERE.parent / "distributed" / "two_processes" / "restart_script
 
 def test_restarts_across_machines_resume_to_the_uninterrupted_weights(clean_env: dict[str, str],
                                                                        tmp_path: Path) -> None:
-    """rdzv_backend c10d: rank 1 (machine 1) crashes once; both machines restart and resume from the checkpoint."""
+    """rdzv_backend c10d: rank 1 (machine 1) crashes once while rank 0 is busy outside any collective; machine 1
+    restarts for the failure, machine 0 because machine 1 rejoined (its restart count stays 0), and both resume
+    from the checkpoint. Keyed by the restart count, their new processes waited for each other's address."""
     env = {**_env(clean_env), "DISTRIBUTED_TEST_RESULTS": str(tmp_path)}
     env["PYTHONPATH"] = os.pathsep.join([str(RESTART_SCRIPT.parent), env["PYTHONPATH"]])
     port = _free_port()

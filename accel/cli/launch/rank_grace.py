@@ -9,13 +9,18 @@ stops the others at once, as torchrun does.
 
 The rule sees the workers of this machine: on several machines each machine's launcher applies
 it to its own processes.
+
+After each rendezvous the agent also names the round for its workers (`round_name`): their process
+group's store keys carry it, so that a restarted attempt never reads the addresses of the one before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +72,12 @@ def _grace_agent(
             self._failures = {}
             super()._restart_workers(worker_group)
 
+        def _rendezvous(self, worker_group: Any) -> None:
+            super()._rendezvous(worker_group)
+            from accel.distributed.process_group import ROUND_VARIABLE
+
+            os.environ[ROUND_VARIABLE] = round_name(worker_group.store, worker_group.group_rank)  # the workers inherit it
+
         def _monitor_workers(self, worker_group: Any) -> Any:
             before = _exit_codes(self._pcontext, worker_group)
             if before_stop is not None and any(code for code in before.values()):
@@ -95,6 +106,24 @@ def _grace_agent(
             return result
 
     return GraceAgent
+
+
+ROUND_KEY = "accel_round"
+
+
+def round_name(store: Any, group_rank: int) -> str:
+    """A name this rendezvous round's workers share on every machine, and no other round has.
+
+    Machine 0's agent draws it and every agent reads it from the round's store: under c10d torch keys that
+    store by the round, and a static rendezvous with restarts has one machine, whose agent writes and reads
+    it. torchrun's restart count cannot serve: each machine counts only its own workers' failures, so a
+    machine that restarts because another rejoined the rendezvous keeps 0 where the other has 1, and their
+    workers, keyed apart, would each wait for the other's address until the collective timeout.
+    Example: `round_name(worker_group.store, worker_group.group_rank)` -> 'f3a9...'.
+    """
+    if group_rank == 0:
+        store.set(ROUND_KEY, uuid.uuid4().hex)
+    return bytes(store.get(ROUND_KEY)).decode()
 
 
 def _exit_codes(pcontext: Any, worker_group: Any) -> dict[int, int | None]:

@@ -6,7 +6,8 @@ Trains STEPS optimizer steps with a shuffled, stateful loader, saving an automat
 (project_dir/checkpoints/checkpoint_<n>) every SAVE_EVERY steps. On start it resumes from the
 newest complete checkpoint with `accelerator.load_state()` when there is one: the pattern
 docs/distributed.md ("Restarts") shows. With CRASH_MARKER given, rank 1 raises once after step
-CRASH_AFTER (it creates the marker first, so the restarted run goes through). Every rank reports
+CRASH_AFTER (it creates the marker first, so the restarted run goes through) while rank 0 is busy
+outside any collective until its launcher stops it. Every rank reports
 its final parameters, the step it started from and the restarts torchrun counted.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -27,6 +29,8 @@ STEPS = 10
 SAVE_EVERY = 3
 CRASH_AFTER = 7
 """After step 7: the newest checkpoint is step 6's, so the restart must redo step 7 exactly."""
+BUSY_S = 120
+"""Rank 0, when rank 1 crashes, is busy outside any collective (evaluating, say) for longer than any restart takes."""
 
 
 class Progress:
@@ -51,6 +55,7 @@ def main(project: Path, marker: Path | None) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    first_attempt = marker is not None and not marker.exists()
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
     if any((project / "checkpoints").glob("checkpoint_*")):
@@ -65,10 +70,14 @@ def main(project: Path, marker: Path | None) -> None:
             progress.step += 1
             if progress.step % SAVE_EVERY == 0:
                 accelerator.save_state()
-            if marker is not None and progress.step == CRASH_AFTER and accelerator.process_index == 1 \
-                    and not marker.exists():
-                marker.touch()
-                raise RuntimeError("rank 1 crashes once (test)")
+            if first_attempt and progress.step == CRASH_AFTER:
+                if accelerator.process_index == 1:
+                    marker.touch()
+                    raise RuntimeError("rank 1 crashes once (test)")
+                # rank 0 sees no error of its own: its launcher stops it because the others restart (on another
+                # machine: because that machine rejoined the rendezvous), and its restart count stays 0 there
+                time.sleep(BUSY_S)
+                raise RuntimeError(f"rank 0 was not stopped within {BUSY_S} s of rank 1's crash")
             if progress.step == STEPS:
                 break
     report("restarts", int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
