@@ -119,16 +119,30 @@ _DEFAULT_TIMEOUT = InitProcessGroupKwargs().timeout.total_seconds()
 
 def timeout_in_force() -> float:
     """The running process group's collective timeout in seconds, for the waits and errors that name it: the one
-    accel gave the group it made, else (a group the script made) InitProcessGroupKwargs' default, 30 minutes.
+    accel gave the group it made, else the one torch keeps for a group the script made, else (no group, or torch
+    keeps it elsewhere) InitProcessGroupKwargs' default, 30 minutes.
 
     Looked up from the running group at each call rather than kept when a group is made: a script may
     destroy accel's group and make its own, and a value kept from the old group would then hold for
     the new one. Example: `deadline = time.monotonic() + timeout_in_force()`.
     """
+    if not (dist.is_available() and dist.is_initialized()):
+        return _DEFAULT_TIMEOUT
     created = _created[0]
-    if created is not None and dist.is_available() and dist.is_initialized() and dist.group.WORLD is created[0]:
+    if created is not None and dist.group.WORLD is created[0]:
         return created[2]
-    return _DEFAULT_TIMEOUT
+    return _kept_timeout(dist.group.WORLD) or _DEFAULT_TIMEOUT
+
+
+def _kept_timeout(group: Any) -> float | None:
+    """The timeout torch keeps for `group`, in seconds: on its CPU or CUDA backend's options (`options._timeout`,
+    private in torch 2.x, so looked for defensively); None where it is not found."""
+    for device in ("cpu", "cuda"):
+        try:
+            return float(group._get_backend(torch.device(device)).options._timeout.total_seconds())
+        except (AttributeError, RuntimeError, ValueError, TypeError):
+            continue
+    return None
 
 
 def collective_timeout(options: InitProcessGroupKwargs, environ: Mapping[str, str]) -> datetime.timedelta:

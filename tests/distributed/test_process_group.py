@@ -42,8 +42,12 @@ def test_the_timeout_in_force_is_the_running_groups(no_group_left: None) -> None
     assert timeout_in_force() == 7
     dist.destroy_process_group()  # the script ends accel's group itself ...
     assert timeout_in_force() == DEFAULT
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # ... and makes its own
-    assert timeout_in_force() == DEFAULT  # not accel's former group's 7 s
+    own = datetime.timedelta(seconds=11)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=own)  # ... makes its own
+    assert timeout_in_force() == 11  # its own, not accel's former group's 7 s
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # torch's default: 30 minutes
+    assert timeout_in_force() == DEFAULT
     dist.destroy_process_group()
     accel_group(9)
     assert timeout_in_force() == 9
