@@ -159,11 +159,12 @@ def _train_group(
 def _begin(work: Workload, job: Job, lr: float, first: int, progress: Progress, runs: list[_Run]) -> Row:
     """Start `job` and train its first `first` steps, measuring its peak memory; added to `runs` if it runs."""
     run = _start(work, *job, lr)
-    if run.row.status == "ran" and run.memory is not None:
-        runs.append(run)
-        _steps(run, range(first), progress)
-        peak = run.memory.stop()
-        run.row.peak_mib = None if peak is None else peak / 2**20
+    if run.row.status != "ran":
+        return run.row
+    runs.append(run)
+    _steps(run, range(first), progress)
+    peak = None if run.memory is None else run.memory.stop()  # _start measures every case that ran
+    run.row.peak_mib = None if peak is None else peak / 2**20
     return run.row
 
 
@@ -263,6 +264,8 @@ def _steps(run: _Run, indices: range, progress: Progress) -> None:
             progress()
     except Exception as error:  # noqa: BLE001 - one case failing must not end the others
         run.fail(error)
+
+
 def _rotated(runs: list[_Run], number: int) -> list[_Run]:
     """`runs` starting at the `number`-th (modulo their count): each case follows each other in turn."""
     if not runs:

@@ -9,6 +9,7 @@ scheduler both in the JSON and in the script without DummyOptim/DummyScheduler).
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -55,17 +56,19 @@ def gather_one_at_a_time_on_gloo(plugin: DeepSpeedPlugin, device: torch.device) 
     weights hold uninitialised memory. Measured on 2 gloo processes: 174 of 200 gathers of a 6-layer
     model differed from the first, and ZeRO 3 training reached inf/NaN within 60 steps where ZeRO 2
     trained; with `stage3_allgather_sequential` (DeepSpeed's own option) 0 of 200, and the same losses
-    in every run. A config that sets it false on the CPU is refused (it would train on garbage).
+    in every run. A config that sets it otherwise on the CPU is refused (it would train on garbage).
     """
     if device.type != "cpu" or plugin.zero_stage != 3:
         return
     zero = plugin.deepspeed_config["zero_optimization"]
-    if zero.get(SEQUENTIAL_GATHER) is False:
+    given = zero.get(SEQUENTIAL_GATHER, AUTO)
+    if given is not True and given != AUTO:
+        shown = json.dumps(given, default=repr)
         raise ValueError(
-            f"the DeepSpeed config sets zero_optimization.{SEQUENTIAL_GATHER}=false on the CPU: DeepSpeed's "
+            f"the DeepSpeed config sets zero_optimization.{SEQUENTIAL_GATHER}={shown} on the CPU: DeepSpeed's "
             "coalesced ZeRO-3 gather waits only for the last of its gloo all-gathers and reads the others "
-            "unfinished (uninitialised weights, docs/deepspeed.md). Remove the key or set it true; accel sets it "
-            "true on the CPU."
+            "unfinished (uninitialised weights, docs/deepspeed.md). Remove the key, or set it true or \"auto\"; "
+            "accel sets it true on the CPU."
         )
     zero[SEQUENTIAL_GATHER] = True
 

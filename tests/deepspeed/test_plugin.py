@@ -269,3 +269,15 @@ def test_a_config_asking_for_coalesced_gathers_on_the_cpu_is_refused_with_the_re
     plugin = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3, "stage3_allgather_sequential": False}})
     with pytest.raises(ValueError, match=r"stage3_allgather_sequential=false on the CPU: .* waits only for the last"):
         _construct(plugin, "cpu")
+
+
+@pytest.mark.parametrize("value", ["no", 0])
+def test_any_other_value_for_sequential_gathers_on_the_cpu_is_refused_naming_it(value: object) -> None:
+    pytest.importorskip("deepspeed")
+    plugin = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3, "stage3_allgather_sequential": value}})
+    with pytest.raises(ValueError, match=rf"stage3_allgather_sequential={json.dumps(value)} on the CPU"):
+        _construct(plugin, "cpu")
+    auto = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3, "stage3_allgather_sequential": "auto"}})
+    _construct(auto, "cpu")  # "auto": accel's to fill
+    assert auto.deepspeed_config["zero_optimization"]["stage3_allgather_sequential"] is True
+
