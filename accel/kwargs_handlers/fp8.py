@@ -27,7 +27,7 @@ ACCELERATE_SPELLINGS = {
 
 @kwargs_handler(aliases=ACCELERATE_SPELLINGS)
 class FP8RecipeKwargs(KwargsHandler):
-    """The FP8 recipe. Defaults are TransformerEngine's (and MS-AMP's O1).
+    """The FP8 recipe. Defaults are TransformerEngine's: FP8 in the GEMMs, parameters left as they are.
 
     This class checks values only. Whether the chosen backend can run here, and honour every
     field that was set explicitly, is checked by the Accelerator when it is built.
@@ -51,8 +51,11 @@ class FP8RecipeKwargs(KwargsHandler):
     """TransformerEngine's backward precision (TE 2.15+, every recipe but delayed): None (the recipe's own),
     high_precision (backward GEMMs on the saved high-precision operands) or dequantized (on the quantized
     operands dequantized to the compute dtype)."""
-    optimization_level: str = "O1"
-    """MS-AMP's level: O1 (FP8 weight gradients) or O2 (also FP8/FP16 Adam moments)."""
+    optimization_level: str | None = None
+    """MS-AMP's storage level: O1 (float16 weights, FP8 weight gradients) or O2 (also FP8/float16 Adam
+    moments). None (default): the backend's own default: on native, parameters, gradients and optimizer
+    state stay as the base precision keeps them (TransformerEngine's default; the FP8 casts happen in the
+    GEMMs); on msamp, MS-AMP's own O1."""
     use_autocast_during_eval: bool = False
     """Run FP8 in eval mode too (by default evaluation runs in high precision)."""
     exclude_modules: tuple[str, ...] = ()
@@ -87,10 +90,11 @@ class FP8RecipeKwargs(KwargsHandler):
                 "backward_override",
                 check_choice("FP8RecipeKwargs.backward_override", self.backward_override, BACKWARD_OVERRIDES),
             )
-        self._normalise(
-            "optimization_level",
-            check_choice("FP8RecipeKwargs.optimization_level", self.optimization_level, OPTIMIZATION_LEVELS),
-        )
+        if self.optimization_level is not None:
+            self._normalise(
+                "optimization_level",
+                check_choice("FP8RecipeKwargs.optimization_level", self.optimization_level, OPTIMIZATION_LEVELS),
+            )
         check_bool("FP8RecipeKwargs.use_autocast_during_eval", self.use_autocast_during_eval)
         self._normalise("exclude_modules", _check_patterns(self.exclude_modules))
         if self.small_layer_dim is not None:

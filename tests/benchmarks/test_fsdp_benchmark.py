@@ -27,7 +27,8 @@ def test_plain_and_wrapped_tensors_count_their_elements() -> None:
 
 def test_native_o1_gradients_are_counted_in_fp8() -> None:
     accelerator = Accelerator(cpu=True, mixed_precision="fp8",
-                              kwarg_handlers=[FP8RecipeKwargs(backend="native", base_precision="fp32")])
+                              kwarg_handlers=[FP8RecipeKwargs(backend="native", base_precision="fp32",
+                                                              optimization_level="O1")])
     model = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 16, bias=False))
     optimizer = torch.optim.AdamW(model.parameters())
     model, optimizer = accelerator.prepare(model, optimizer)

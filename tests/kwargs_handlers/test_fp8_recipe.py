@@ -13,7 +13,7 @@ def test_defaults_are_transformer_engines() -> None:
     assert (recipe.fp8_format, recipe.margin, recipe.amax_history_len, recipe.amax_compute_algo) == (
         "HYBRID", 0, 1024, "max",
     )
-    assert (recipe.scaling, recipe.optimization_level, recipe.use_autocast_during_eval) == (None, "O1", False)
+    assert (recipe.scaling, recipe.optimization_level, recipe.use_autocast_during_eval) == (None, None, False)
     assert recipe.exclude_modules == ()
 
 

@@ -74,12 +74,16 @@ class FP8Backend(PrecisionBackend):
         """The models converted since FP8 health was switched on (empty when it is off)."""
 
     def describe(self) -> str:
-        level = f", {self.recipe.optimization_level}" if "optimization_level" in self.honoured_fields else ""
-        level = self._describe_level(level)
+        level = self._describe_level(self._level_name())
         params = ", fp8_params" if self.recipe.fp8_params else ""
         sharded = f", FSDP2: {self.fsdp_mode}" if self.fsdp_mode else ""
         base = f"base {self.recipe.base_precision}"
         return f"fp8 ({self.library}, {self.scaling} scaling{level}, {base}{params}{sharded}{self._describe_kernels()})"
+
+    def _level_name(self) -> str:
+        """describe()'s optimization level (", O1"): the recipe's, where this backend honours the field."""
+        level = self.recipe.optimization_level
+        return f", {level}" if level and "optimization_level" in self.honoured_fields else ""
 
     def _describe_level(self, level: str) -> str:
         """The optimization level's part of describe(); a backend whose storage differs under FSDP says so."""

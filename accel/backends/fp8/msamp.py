@@ -29,6 +29,8 @@ from accel.backends.loss_scaler import LossScaler
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 MIN_MSAMP_VERSION = (0, 3)
+MSAMP_DEFAULT_LEVEL = "O1"
+"""What msamp.initialize runs when the recipe leaves optimization_level out (its own default)."""
 UNMAINTAINED = (
     "MS-AMP is unmaintained upstream (no commits since December 2025; Accelerate marks it deprecated). "
     "Instead: backend='native' runs MS-AMP's recipe (optimization_level O1 or O2) on any device without building "
@@ -98,6 +100,7 @@ class MSAMPFP8(FP8Backend):
     library = "msamp"
     scalings = ("delayed",)
     honoured_fields = frozenset({"optimization_level", "exclude_modules", "fp8_params", *FIXED_FIELDS})
+
     refusals = {
         "health_interval": (
             "MS-AMP exposes no per-layer FP8 statistics accel reads, and it is unmaintained upstream. Use "
@@ -109,6 +112,14 @@ class MSAMPFP8(FP8Backend):
         ),
     }
     handler_types = (FP8RecipeKwargs, GradScalerKwargs)
+
+    @property
+    def level(self) -> str:
+        """The level msamp.initialize runs: the recipe's, else MS-AMP's own default, O1."""
+        return self.recipe.optimization_level or MSAMP_DEFAULT_LEVEL
+
+    def _level_name(self) -> str:
+        return f", {self.level}"
 
     def __init__(self, device: torch.device, handlers: Handlers) -> None:
         super().__init__(device, handlers)
@@ -192,7 +203,7 @@ class MSAMPFP8(FP8Backend):
         assert self.conversion_report is not None
         with _current_cuda_device(self.device):  # MS-AMP moves its FP8Linear layers with .cuda()
             pairing.wrapped.optimizer = _initialize(
-                _import_msamp(), pairing.model, old, self.recipe.optimization_level, self.conversion_report
+                _import_msamp(), pairing.model, old, self.level, self.conversion_report
             )
         self._scaled = _TensorParams(pairing.wrapped.optimizer)
         self._scaling_params = [p for p in pairing.model.parameters() if not isinstance(p, torch.Tensor)]

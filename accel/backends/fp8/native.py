@@ -3,9 +3,11 @@
 Every eligible nn.Linear becomes a Float8Linear, and every transformers Conv1D (GPT-2's linear
 layer) a Float8Conv1D (same Parameters, same names, same layout), whose three GEMMs run
 through torch._scaled_mm with TransformerEngine's delayed (or current) scaling.
-MS-AMP's optimization level decides the storage of those layers (native_fp8.levels): under
-O1 and O2 their weights live in float16 with a scale and their gradients in FP8; under O2
-Adam's moments for them are FP8 and float16 too.
+By default the parameters, their gradients and the optimizer state stay as the base precision
+keeps them (TransformerEngine's default: FP8 only inside the GEMMs). MS-AMP's optimization
+levels, when asked for, change the storage of those layers (native_fp8.levels): under O1 and O2
+their weights live in float16 (their real values, so reading a parameter gives its value) and
+their gradients in FP8; under O2 Adam's moments for them are FP8 and float16 too.
 
 Once per optimizer step: one device sync decides whether any FP8 tensor or gradient of the
 step held inf or NaN (then the step is skipped, like a GradScaler skips an overflowing one,
@@ -44,9 +46,10 @@ from accel.backends.native_fp8.compact import CompactGroup, CompactParameter
 from accel.backends.native_fp8.data_parallel import any_process, broadcast_from_first, ignore_in_ddp
 from accel.backends.native_fp8.fp8_weight import FP8Weight
 from accel.backends.native_fp8.fsdp_weight import cast_shards, gather_in_fp8
-from accel.backends.native_fp8.levels import LEVELS
+from accel.backends.native_fp8.levels import LEVELS, OptimizationLevel
 from accel.backends.native_fp8.optimizer_state import StatePreserver
 from accel.backends.native_fp8.scaled_step import LevelStep
+from accel.backends.native_fp8.weights import check_storable
 from accel.kwargs_handlers import Handlers
 
 logger = logging.getLogger("accel")
@@ -103,7 +106,9 @@ class NativeFP8(FP8Backend):
             scaling=self.scaling,
             count_stats=False,
         )
-        self.level = LEVELS[recipe.optimization_level]()
+        level = recipe.optimization_level
+        self.level: OptimizationLevel | None = LEVELS[level]() if level else None
+        """O1/O2 storage of the converted layers, or None: parameters left as they are (the default)."""
         self.scalers = ScalerGroup({})
         self.skipped_steps = 0
         self._counting = False
@@ -159,8 +164,8 @@ class NativeFP8(FP8Backend):
             warnings.warn(unmatched_pattern_message(pattern, report), UserWarning, stacklevel=5)
         self.scalers = ScalerGroup({**self.scalers.scalers, **scalers_of(module)})
         self.count_health(self._counting)
-        if not self._sharded:
-            self._make_compact(module)
+        if self.level is not None and not self._sharded:
+            self._make_compact(module, self.level)
         if self.recipe.fp8_params and self._sharded:  # FSDP2 gathers them in FP8, cast per shard after each step
             for layer in float8_layers(module).values():
                 layer.fp8_weight = gather_in_fp8(layer, layer.weight_scaler)
@@ -176,7 +181,7 @@ class NativeFP8(FP8Backend):
     def _make_conv1d(self, conv1d: nn.Module) -> Float8Conv1D:
         return Float8Conv1D.from_conv1d(conv1d, self.layer_config)
 
-    def _make_compact(self, model: nn.Module) -> None:
+    def _make_compact(self, model: nn.Module, level: OptimizationLevel) -> None:
         """Give every FP8 layer O1/O2 storage, except layers whose parameters other modules share."""
         shared = shared_parameter_ids(model)
         kept, made = [], {}
@@ -184,6 +189,8 @@ class NativeFP8(FP8Backend):
             if layer.compact is None and any(id(p) in shared for p in layer.parameters(recurse=False)):
                 kept.append(name)
                 continue
+            if layer.compact is None:
+                check_storable(name, layer.named_parameters(recurse=False), level.name)
             compact = layer.make_compact()
             compact.set_generator(self._generator(layer.weight.device))
             made.update({f"{name}.{part_name}": part for part_name, part in compact.named()})
@@ -196,7 +203,7 @@ class NativeFP8(FP8Backend):
             logger.info(
                 "FP8 %s: %d layer(s) keep float32 weights and gradients because other modules share their "
                 "parameters (they still compute in FP8): %s",
-                self.level.name, len(kept), ", ".join(kept),
+                level.name, len(kept), ", ".join(kept),
             )
 
     def _generator(self, device: torch.device) -> torch.Generator | None:
@@ -213,7 +220,8 @@ class NativeFP8(FP8Backend):
 
     def check_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         super().check_optimizer(optimizer)
-        self.level.check_optimizer(optimizer)
+        if self.level is not None:
+            self.level.check_optimizer(optimizer)
 
     def after_prepare(self, models: Sequence[nn.Module], optimizers: Sequence[WrappedOptimizer]) -> None:
         for wrapped in optimizers:
@@ -244,7 +252,8 @@ class NativeFP8(FP8Backend):
             group = None
         if closure is not None and group is not None:
             raise NotImplementedError(
-                f"optimizer.step(closure) cannot run with FP8RecipeKwargs(optimization_level={self.level.name!r}): "
+                "optimizer.step(closure) cannot run with "
+                f"FP8RecipeKwargs(optimization_level={self.recipe.optimization_level!r}): "
                 "the gradients of FP8 layers are held in FP8 outside param.grad, where a closure's backward "
                 "cannot reach the optimizer. Call accelerator.backward(loss) and then optimizer.step()."
             )
@@ -253,7 +262,7 @@ class NativeFP8(FP8Backend):
         overflow = bool(self._fp8_nonfinite(group))  # the one device sync of the step
         if overflow and group is not None:
             group.discard()
-        elif group is not None:
+        elif group is not None and self.level is not None:  # a non-empty group: O1/O2 storage
             self.level.step(optimizer, group)
         elif not overflow:
             optimizer.step(closure) if closure is not None else optimizer.step()

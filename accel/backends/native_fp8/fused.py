@@ -41,7 +41,7 @@ import torch
 
 from accel.backends.native_fp8.cpu_gemm import compute_dtype
 from accel.backends.native_fp8.formats import E4M3, fp8_max
-from accel.backends.native_fp8.kernel_math import SPLIT_LIMIT, round_to_grid, to_half_keyed
+from accel.backends.native_fp8.kernel_math import SPLIT_LIMIT, round_to_grid, to_real_half_keyed
 from accel.backends.native_fp8.rounding import random_keys
 
 _SUPPORTED_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
@@ -154,7 +154,7 @@ def _compiled(name: str, first_dtype: torch.dtype, *dtypes: torch.dtype) -> Call
     """Kernel ``name`` ("operand", "delayed", "gradient" or "half") for a 1-D first input of ``first_dtype``
     and 0-dim float32 scalars after it (for "half", the two int32 random keys); ``dtypes`` complete its key."""
     if name == "half":
-        return compile_kernel(to_half_keyed, [torch.zeros(16), torch.zeros(2, dtype=torch.int32)])
+        return compile_kernel(to_real_half_keyed, [torch.zeros(16), torch.zeros(2, dtype=torch.int32)])
     kernels: dict[str, tuple[Callable[..., tuple[torch.Tensor, ...]], int]] = {
         "operand": (_operand_kernel, 1), "delayed": (_delayed_operand_kernel, 3), "gradient": (_gradient_kernel, 3)
     }
@@ -196,7 +196,7 @@ def quantize_operand_delayed(
 
 
 def to_half_stochastic(value: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(float16 storage, scale_inv)`` of float32 ``value`` with a power-of-two scale, rounded
+    """``(float16 storage, scale_inv 1)`` of float32 ``value`` (its real values), rounded
     stochastically with random bits from ``generator``: weights.HalfWeight.encode's result, bit
     for bit, from the same draws; ``value`` contiguous, on the CPU (see :func:`supports`)."""
     stored, scale_inv = _compiled("half", torch.float32)(value.reshape(-1), random_keys(generator))

@@ -27,7 +27,7 @@ from accel.backends.native_fp8.adam import MOMENT_DTYPE, AdamHyper
 from accel.backends.native_fp8.compact import CompactParameter, StepGradient
 from accel.backends.native_fp8.formats import fp8_max
 from accel.backends.native_fp8.grads import GRADIENT_DTYPE
-from accel.backends.native_fp8.kernel_math import noise, stochastic_round, to_half_keyed
+from accel.backends.native_fp8.kernel_math import noise, stochastic_round, to_half_keyed, to_real_half_keyed
 from accel.backends.native_fp8.rounding import FP8_DROPPED_BITS, random_keys
 
 _FP8_DROPPED_BITS = FP8_DROPPED_BITS[MOMENT_DTYPE]
@@ -51,7 +51,7 @@ def _kernel(
     rms16_new, rms_inv_new = to_half_keyed(rms, keys_rms)
     rms = rms16_new.float() * rms_inv_new  # the stored RMS: the update and the ratio divide by it
     weight = weight * decay - exp_avg / (rms / bias_correction2_sqrt + eps) * step_size
-    weight16_new, weight_inv_new = to_half_keyed(weight, keys_weight)
+    weight16_new, weight_inv_new = to_real_half_keyed(weight, keys_weight)
     ratio = torch.where(rms > 0, exp_avg / rms, 0.0)
     limit = fp8_max(MOMENT_DTYPE)
     ratio_scale = torch.nan_to_num(limit / ratio.abs().amax(), posinf=torch.finfo(torch.float32).max)

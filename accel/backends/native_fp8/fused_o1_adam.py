@@ -35,7 +35,7 @@ from accel.backends.native_fp8 import fused
 from accel.backends.native_fp8.adam import AdamHyper
 from accel.backends.native_fp8.compact import CompactParameter, StepGradient
 from accel.backends.native_fp8.grads import GRADIENT_DTYPE
-from accel.backends.native_fp8.kernel_math import to_half_keyed
+from accel.backends.native_fp8.kernel_math import to_real_half_keyed
 from accel.backends.native_fp8.rounding import random_keys
 
 _HYPER = ("sign", "l2", "decay", "one_minus_beta1", "beta2", "one_minus_beta2", "bias_correction2_sqrt", "eps", "neg_step_size")
@@ -56,7 +56,7 @@ def _kernel(
     exp_avg_sq = exp_avg_sq * beta2 + one_minus_beta2 * (grad * grad)
     denom = torch.sqrt(exp_avg_sq) / bias_correction2_sqrt + eps
     value = value + neg_step_size * (exp_avg / denom)
-    stored, scale_inv = to_half_keyed(value, keys)
+    stored, scale_inv = to_real_half_keyed(value, keys)
     return stored, scale_inv, exp_avg, exp_avg_sq
 
 

@@ -81,7 +81,8 @@ def noise(value: torch.Tensor, keys: torch.Tensor, dropped: int) -> torch.Tensor
 
 
 def to_half(value: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float16 storage, scale_inv) of float32 ``value``, stochastically rounded (weights.HalfWeight.encode)."""
+    """(float16 storage, scale_inv) of float32 ``value`` with a power-of-two scale, stochastically rounded
+    (O2's second moment, adam._store_rms)."""
     scale = pow2_scale(value.abs().amax())
     return stochastic_round(value * scale, noise, HALF_DROPPED_BITS).to(torch.float16), scale.reciprocal()
 
@@ -89,3 +90,10 @@ def to_half(value: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, tor
 def to_half_keyed(value: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`to_half` with the random bits of ``keys`` (rounding.random_keys)."""
     return to_half(value, noise(value, keys, HALF_DROPPED_BITS))
+
+
+def to_real_half_keyed(value: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float16 storage, scale_inv 1) of float32 ``value``, unscaled and stochastically rounded with the
+    random bits of ``keys``: weights.HalfWeight.encode, whose storage is the parameter's real values."""
+    stored = stochastic_round(value, noise(value, keys, HALF_DROPPED_BITS), HALF_DROPPED_BITS).to(torch.float16)
+    return stored, value.new_ones(())

@@ -18,7 +18,7 @@ class LevelStep:
     no gradient held inf/NaN, its `step` runs the optimization level, as an unscaled step would.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None, level: OptimizationLevel) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, group: CompactGroup | None, level: OptimizationLevel | None) -> None:
         self.optimizer = optimizer
         self.group = group
         self.level = level
@@ -29,7 +29,7 @@ class LevelStep:
         return self.optimizer.param_groups
 
     def step(self, closure: Callable[[], Any] | None = None) -> None:
-        if self.group is not None:
+        if self.group is not None and self.level is not None:  # compact parameters exist only under O1/O2
             self.level.step(self.optimizer, self.group)
         else:
             self.optimizer.step(closure) if closure is not None else self.optimizer.step()

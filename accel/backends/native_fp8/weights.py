@@ -1,8 +1,18 @@
-"""HalfWeight: one Parameter of a converted layer, stored in float16 with a power-of-two scale.
+"""HalfWeight: one Parameter of a converted layer, stored in float16: its real values, rounded.
 
-Between optimizer steps ``param.data`` is float16 holding ``value * 2**k`` (see
-rounding.pow2_scale), two bytes per value; ``scale_inv`` is ``2**-k``. The Parameter object
-stays the same, so optimizers and hooks that hold it keep working.
+Between optimizer steps ``param.data`` is float16 holding the parameter's values, two bytes per
+value. They are the real values (no scale): anything that reads the parameter (an EMA of
+``model.parameters()``, weight-norm logging, copying into an evaluation model, a hand-written
+weight decay) reads the value within float16's rounding, and what it writes is what the layer
+uses. ``scale_inv`` is kept for the kernels, which take a storage scale; it is always 1. The
+Parameter object stays the same, so optimizers and hooks that hold it keep working.
+
+An earlier version scaled each tensor by a power of two, putting its amax near 2**15; for
+values in float16's normal range (magnitudes 6.1e-5 to 65504) that changes nothing in the
+rounding, it only kept values below 6.1e-5 out of the subnormals, and it made every read of the
+parameter wrong by that factor. Unscaled, values below 2**-14 are float16 subnormals (absolute
+spacing 2**-24, about 6e-8), and values beyond 65504 cannot be stored: :func:`check_storable`
+refuses them when the layer is converted.
 
 For the few moments when something needs real values in ``param.data`` (gradient clipping,
 an O1 optimizer step) :meth:`HalfWeight.materialise` swaps in a float32 copy and keeps the
@@ -14,13 +24,34 @@ step). ``data_scale_inv`` is always the factor that turns ``param.data`` into re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from accel.backends.native_fp8 import fused
-from accel.backends.native_fp8.rounding import half_to_float, pow2_scale, round_to_half
-from accel.backends.native_fp8.scaling import tensor_amax
+from accel.backends.native_fp8.rounding import half_to_float, round_to_half
 
 STORAGE_DTYPE: torch.dtype = torch.float16
+STORAGE_MAX = torch.finfo(STORAGE_DTYPE).max
+"""The largest magnitude float16 storage holds (65504)."""
+
+
+def check_storable(layer: str, params: Iterable[tuple[str, torch.Tensor]], level: str) -> None:
+    """Raise if a parameter of ``layer`` holds a value float16 cannot store (beyond 65504, or not finite).
+
+    Called once per layer when O1/O2 storage is made (one device sync per layer, at prepare).
+    """
+    for name, param in params:
+        if param.device.type == "meta" or param.numel() == 0:
+            continue
+        amax = float(param.detach().abs().amax())
+        if not amax <= STORAGE_MAX:
+            raise ValueError(
+                f"FP8RecipeKwargs(optimization_level={level!r}) stores {layer}.{name} in float16, whose largest "
+                f"value is {STORAGE_MAX:g}, but it holds a value of magnitude {amax:g}. Keep the layer in high "
+                f"precision (FP8RecipeKwargs(exclude_modules=[{layer!r}])) or leave optimization_level out (the "
+                "parameters then stay as they are)."
+            )
 
 
 class HalfWeight:
@@ -43,14 +74,12 @@ class HalfWeight:
 
     @staticmethod
     def encode(value: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scale_inv, float16 storage)`` of float32 ``value`` (overwritten; pass a copy to keep it).
-        Stochastic rounding on the CPU runs as one fused kernel (fused.py), with the same bits."""
+        """``(scale_inv, float16 storage)`` of float32 ``value`` (overwritten; pass a copy to keep it);
+        ``scale_inv`` is 1. Stochastic rounding on the CPU runs as one fused kernel (fused.py), with the same bits."""
         if generator is not None and fused.supports(value) and value.dtype == torch.float32:
             stored, scale_inv = fused.to_half_stochastic(value, generator)
             return scale_inv, stored
-        scale = pow2_scale(tensor_amax(value))
-        value.mul_(scale)
-        return scale.reciprocal(), round_to_half(value, generator)
+        return torch.ones((), dtype=torch.float32, device=value.device), round_to_half(value, generator)
 
     def value(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The real values, as a new tensor in ``dtype`` (a copy even while materialised)."""

@@ -29,10 +29,10 @@ class Net(nn.Module):
         return self.head(torch.relu(self.proj(self.embed(ids))))
 
 
-def prepare(backend: str) -> tuple[Accelerator, nn.Module]:
+def prepare(backend: str, **recipe: object) -> tuple[Accelerator, nn.Module]:
     accelerator = Accelerator(
         mixed_precision="fp8",
-        kwarg_handlers=[FP8RecipeKwargs(backend=backend, base_precision="fp32", use_autocast_during_eval=True)],
+        kwarg_handlers=[FP8RecipeKwargs(backend=backend, base_precision="fp32", use_autocast_during_eval=True, **recipe)],
     )
     model = Net()
     model, _ = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
@@ -80,7 +80,7 @@ def test_ao_reports_conv1d_and_embedding() -> None:
 def test_native_converts_the_conv1d() -> None:
     from accel.backends.native_fp8 import Float8Conv1D
 
-    accelerator, model = prepare("native")
+    accelerator, model = prepare("native", optimization_level="O1")
     assert accelerator.conversion_report.summary() == (
         "FP8: converted 2 of 2 Linear and Conv1D layers; weight matrices outside FP8: 1 Embedding"
     )

@@ -159,10 +159,60 @@ def test_a_model_with_no_eligible_linear_raises_listing_each_layer_and_why() -> 
 def test_tied_weights_keep_float32_storage() -> None:
     model = nn.Sequential(nn.Embedding(32, 32), nn.Linear(32, 32, bias=False), nn.Linear(32, 32))
     model[1].weight = model[0].weight
-    accelerator = fp8()
+    accelerator = fp8(optimization_level="O1")
     model = accelerator.prepare(model)
     assert model[0].weight.dtype == torch.float32 and model[1].compact is None
     assert model[2].weight.dtype == torch.float16 and set(accelerator.precision.compact_parameters) == {"2.weight", "2.bias"}
+
+
+# --------------------------------------------------------------------------- reading parameters
+def test_the_default_recipe_leaves_parameters_as_they_are() -> None:
+    """TransformerEngine's default: FP8 in the GEMMs only; parameters, gradients and optimizer state untouched."""
+    accelerator = fp8()
+    model = make()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    assert accelerator.precision.level is None and accelerator.precision.compact_parameters == {}
+    assert isinstance(model.fc1, Float8Linear) and all(p.dtype == torch.float32 for p in model.parameters())
+    losses = train(accelerator, model, optimizer, 20)
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+    state = accelerator.get_state_dict(model)
+    assert all(torch.equal(p.detach(), state[name]) for name, p in model.named_parameters())
+    assert accelerator.precision.describe() == "fp8 (native, delayed scaling, base fp32)"
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_o1_o2_parameters_read_and_write_their_real_values(level: str) -> None:
+    """What a script reads through parameters() (an EMA, a weight norm) is the weight's value, and what it
+    writes there (EMA's copy_to, a hand-written decay) is what the layer computes with."""
+    accelerator, model, optimizer = prepared(level)
+    train(accelerator, model, optimizer, 3)
+    state = accelerator.get_state_dict(model)
+    assert model.fc1.weight.dtype == torch.float16
+    for name, param in accelerator.unwrap_model(model).named_parameters():
+        assert torch.equal(param.detach().float(), state[name]), name
+    checksum = sum(p.detach().float().sum() for p in model.parameters())
+    assert checksum == pytest.approx(sum(v.sum() for v in state.values()).item(), rel=1e-6)
+    reference = make()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            new = torch.randn_like(param, dtype=torch.float32) * 0.05
+            param.copy_(new)  # as diffusers' EMAModel.copy_to writes into param.data
+            getattr(reference, name.split(".")[0]).get_parameter(name.split(".")[1]).copy_(param.float())
+    state = accelerator.get_state_dict(model)
+    assert all(torch.equal(state[name], v) for name, v in reference.state_dict().items())
+    model.eval(), reference.eval()
+    tokens, _ = data()
+    torch.testing.assert_close(model(tokens), reference(tokens))  # eval runs in high precision: the same weights
+
+
+def test_a_weight_float16_cannot_hold_is_refused_when_o1_storage_is_made() -> None:
+    model = make()
+    with torch.no_grad():
+        model.fc2.weight[3, 5] = 1e5
+    with pytest.raises(ValueError, match=r"optimization_level='O1'.*fc2\.weight.*65504.*100000.*exclude_modules=\['fc2'\]"):
+        fp8(optimization_level="O1").prepare(model)
+    assert fp8().prepare(make()).fc2.weight.dtype == torch.float32  # the default stores nothing: no limit
 
 
 # --------------------------------------------------------------------------- eval, statistics, files
@@ -216,7 +266,7 @@ def test_the_state_dict_has_original_names_and_values_and_loads_strictly(tmp_pat
     train(accelerator, model, optimizer, 3)
     state = accelerator.get_state_dict(model)
     assert set(state) == set(make().state_dict()) and all(v.dtype == torch.float32 for v in state.values())
-    assert torch.equal(state["fc1.weight"], model.fc1.weight.float() * model.fc1.compact.weight.storage.scale_inv)
+    assert torch.equal(state["fc1.weight"], model.fc1.weight.float())  # the storage is the real values
     make(seed=3).load_state_dict(state, strict=True)
     accelerator.save_model(model, tmp_path)
     saved = load_file(tmp_path / "model.safetensors")
@@ -322,7 +372,8 @@ def test_accumulated_fp8_gradients_are_as_close_to_fp32_as_one_large_batch() -> 
 
     def fp8_gradient(micro_batches: int) -> tuple[torch.Tensor, torch.Tensor]:
         accelerator = Accelerator(mixed_precision="fp8", gradient_accumulation_steps=micro_batches,
-                                  kwarg_handlers=[FP8RecipeKwargs(backend="native", scaling="current")])
+                                  kwarg_handlers=[FP8RecipeKwargs(backend="native", scaling="current",
+                                                                  optimization_level="O1")])
         model = accelerator.prepare(make())
         size = len(tokens) // micro_batches
         for chunk in range(micro_batches):
