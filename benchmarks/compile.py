@@ -42,7 +42,8 @@ PRECISIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "fp16": ("fp16", {}),
     "bf16": ("bf16", {}),
     "bf16-true": ("bf16-true", {}),
-    "fp8-native-O1": ("fp8", {"backend": "native"}),
+    "fp8-native": ("fp8", {"backend": "native"}),
+    "fp8-native-O1": ("fp8", {"backend": "native", "optimization_level": "O1"}),
     "fp8-native-O2": ("fp8", {"backend": "native", "optimization_level": "O2"}),
     "fp8-ao": ("fp8", {"backend": "ao"}),
 }

@@ -36,6 +36,7 @@ CASES: tuple[Case, ...] = (
     Case("bf16", "bf16"),
     Case("16-true", "16-true"),
     Case("bf16-true", "bf16-true"),
+    Case("fp8-native", "fp8", {"backend": "native"}),
     Case("fp8-native-O1", "fp8", {"backend": "native", "optimization_level": "O1"}),
     Case("fp8-native-O2", "fp8", {"backend": "native", "optimization_level": "O2"}),
     Case("fp8-ao", "fp8", {"backend": "ao"}),
