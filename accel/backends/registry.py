@@ -8,13 +8,20 @@ import torch
 
 from accel.backends.amp import BF16Mixed, FP16Mixed
 from accel.backends.base import PrecisionBackend
-from accel.backends.fp8.choice import apply_precision_recipe, create_fp8_backend
 from accel.backends.full import DoublePrecision, FullPrecision
 from accel.backends.half import BF16True, HalfTrue
 from accel.backends.names import CANONICAL_PRECISIONS, canonical_precision, implied_recipe, resolve_precision
 from accel.kwargs_handlers import FP8RecipeKwargs, GradScalerKwargs, Handlers
 
 BackendFactory = Callable[[torch.device, Handlers], PrecisionBackend]
+
+
+def create_fp8_backend(device: torch.device, handlers: Handlers) -> PrecisionBackend:
+    """The FP8 backend the recipe asks for (accel.backends.fp8.choice), loaded only when fp8 is asked for."""
+    from accel.backends.fp8.choice import create_fp8_backend
+
+    return create_fp8_backend(device, handlers)
+
 
 BACKENDS: dict[str, BackendFactory] = {
     "no": FullPrecision,
@@ -47,6 +54,8 @@ def create_backend(precision: str, device: torch.device, handlers: Handlers) -> 
     if not implied:
         backend = BACKENDS[name](device, handlers)
     else:
+        from accel.backends.fp8.choice import apply_precision_recipe
+
         handlers = apply_precision_recipe(name, implied, handlers)
         try:
             backend = BACKENDS[canonical_precision(name)](device, handlers)

@@ -11,29 +11,38 @@ staging, background, async_save and sharded_async write a checkpoint in the back
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accel.checkpointing.background import finish_pending
-from accel.checkpointing.errors import CheckpointError, CheckpointNotPublishedError, CheckpointWriteError
-from accel.checkpointing.load import load_state, open_checkpoint
-from accel.checkpointing.manifest import FORMAT_VERSION, Manifest
-from accel.checkpointing.project import ProjectConfiguration, resolve_project_configuration
-from accel.checkpointing.save import save_state
+from accel._lazy import lazy_exports
 
-__all__ = [
-    "FORMAT_VERSION",
-    "CheckpointError",
-    "CheckpointNotPublishedError",
-    "CheckpointWriteError",
-    "Manifest",
-    "ProjectConfiguration",
-    "check_registrable",
-    "finish_pending",
-    "load_state",
-    "open_checkpoint",
-    "resolve_project_configuration",
-    "save_state",
-]
+if TYPE_CHECKING:  # the lazy names, for type checkers (accel/_lazy.py)
+    from accel.checkpointing.background import finish_pending as finish_pending
+    from accel.checkpointing.errors import CheckpointError as CheckpointError
+    from accel.checkpointing.errors import CheckpointNotPublishedError as CheckpointNotPublishedError
+    from accel.checkpointing.errors import CheckpointWriteError as CheckpointWriteError
+    from accel.checkpointing.load import load_state as load_state
+    from accel.checkpointing.load import open_checkpoint as open_checkpoint
+    from accel.checkpointing.manifest import FORMAT_VERSION as FORMAT_VERSION
+    from accel.checkpointing.manifest import Manifest as Manifest
+    from accel.checkpointing.project import ProjectConfiguration as ProjectConfiguration
+    from accel.checkpointing.project import resolve_project_configuration as resolve_project_configuration
+    from accel.checkpointing.save import save_state as save_state
+
+_EXPORTS = {
+    "finish_pending": "accel.checkpointing.background",
+    "CheckpointError": "accel.checkpointing.errors",
+    "CheckpointNotPublishedError": "accel.checkpointing.errors",
+    "CheckpointWriteError": "accel.checkpointing.errors",
+    "load_state": "accel.checkpointing.load",
+    "open_checkpoint": "accel.checkpointing.load",
+    "FORMAT_VERSION": "accel.checkpointing.manifest",
+    "Manifest": "accel.checkpointing.manifest",
+    "ProjectConfiguration": "accel.checkpointing.project",
+    "resolve_project_configuration": "accel.checkpointing.project",
+    "save_state": "accel.checkpointing.save",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted([*_EXPORTS, "check_registrable"])
 
 
 def check_registrable(objects: Sequence[Any]) -> list[Any]:

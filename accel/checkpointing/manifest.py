@@ -10,7 +10,7 @@ from typing import Any
 
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.layout import SHARDS_DIR
-from accel.fsdp.plugin import STATE_DICT_TYPES
+from accel.kwargs_handlers.fsdp_names import STATE_DICT_TYPES
 
 FORMAT = "accel-checkpoint"
 FORMAT_VERSION = 2
@@ -82,6 +82,10 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+_FIELD_MINIMUMS: dict[str, int] = {"iteration": 0, "num_processes": 1}
+"""The least value each integer field can hold in a manifest accel wrote (a save counter, a number of processes)."""
+
+
 def describe_file(path: Path) -> FileEntry:
     """Size and SHA-256 of the file at `path`."""
     digest = hashlib.sha256()
@@ -126,8 +130,11 @@ def read_manifest(folder: Path, label: str) -> Manifest:
 def _from_dict(data: dict[str, Any], label: str) -> Manifest:
     for name, kind in _FIELD_TYPES.items():
         _check(label, name, data.get(name), kind)
+    for name, least in _FIELD_MINIMUMS.items():
+        _check_at_least(label, name, data[name], least)
     for key in CONTENTS:
         _check(label, f"contents.{key}", data["contents"].get(key), int)
+        _check_at_least(label, f"contents.{key}", data["contents"][key], 0)
     for key, kind in (("steps", int), ("micro_batch", int), ("sync_gradients", bool)):
         _check(label, f"gradient_accumulation.{key}", data["gradient_accumulation"].get(key), kind)
     _check_window(label, data["gradient_accumulation"])
@@ -168,6 +175,14 @@ def _check(label: str, name: str, value: Any, kind: type | tuple[type, ...]) -> 
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise CheckpointError(
             f"{label}: {MANIFEST_NAME} has {name}={value!r}, not a {_type_names(kind)}; the checkpoint is damaged."
+        )
+
+
+def _check_at_least(label: str, name: str, value: int, least: int) -> None:
+    """Refuse an integer field below the least value accel writes, naming the field."""
+    if value < least:
+        raise CheckpointError(
+            f"{label}: {MANIFEST_NAME} has {name}={value!r}, but it must be >= {least}; the checkpoint is damaged."
         )
 
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 from accel._validation import check_bool, check_choice, check_int, closest
 from accel.kwargs_handlers.base import KwargsHandler, kwargs_handler
@@ -32,6 +31,9 @@ from accel.kwargs_handlers.fsdp_names import (  # torch-free: the settings schem
     STATE_DICT_TYPES,
     WRAP_POLICIES,
 )
+
+if TYPE_CHECKING:  # torch.distributed.fsdp loads DTensor and more: only when a plugin is built (_policies)
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
 DEFAULT_MIN_NUM_PARAMS = 100_000_000
 """Accelerate's default threshold of `size_based_wrap` (FSDP_MIN_NUM_PARAMS)."""
@@ -109,7 +111,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
             check_int("FullyShardedDataParallelPlugin.min_num_params", self.min_num_params, minimum=1)
         _check_policy_options(self)
         check_bool("FullyShardedDataParallelPlugin.reshard_after_forward", self.reshard_after_forward)
-        if not isinstance(self.cpu_offload, CPUOffloadPolicy):
+        if not isinstance(self.cpu_offload, _policies().CPUOffloadPolicy):
             check_bool("FullyShardedDataParallelPlugin.cpu_offload", self.cpu_offload)
         self._set("state_dict_type", _state_dict_type(self.state_dict_type))
         check_bool("FullyShardedDataParallelPlugin.activation_checkpointing", self.activation_checkpointing)
@@ -122,9 +124,10 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     @property
     def offload_policy(self) -> CPUOffloadPolicy | None:
         """The CPUOffloadPolicy to shard with, or None (parameters stay on the training device)."""
-        if isinstance(self.cpu_offload, CPUOffloadPolicy):
+        policies = _policies()
+        if isinstance(self.cpu_offload, policies.CPUOffloadPolicy):
             return self.cpu_offload
-        return CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.cpu_offload else None
+        return policies.CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.cpu_offload else None
 
     @property
     def sharded_state_dict(self) -> bool:
@@ -226,7 +229,15 @@ def _state_dict_type(value: Any) -> str:
     return check_choice("FullyShardedDataParallelPlugin.state_dict_type", value, STATE_DICT_TYPES)
 
 
+def _policies() -> Any:
+    """torch.distributed.fsdp, imported when a plugin is used (it loads FSDP2, DTensor and their dependencies)."""
+    import torch.distributed.fsdp
+
+    return torch.distributed.fsdp
+
+
 def _mixed_precision_policy(policy: Any) -> MixedPrecisionPolicy | None:
+    MixedPrecisionPolicy = _policies().MixedPrecisionPolicy  # noqa: N806  # the class, named as torch names it
     if policy is None or isinstance(policy, MixedPrecisionPolicy):
         return policy
     if not isinstance(policy, Mapping):

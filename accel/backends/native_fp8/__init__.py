@@ -4,44 +4,53 @@ Runs wherever torch runs, CPU included. The numerics follow TransformerEngine's
 delayed-scaling recipe (amax history, margin, HYBRID/E4M3 formats).
 """
 
-from accel.backends.native_fp8.conv1d import Float8Conv1D
-from accel.backends.native_fp8.convert import (
-    ConversionReport,
-    LayerDecision,
-    convert_linears,
-    float8_layers,
-    fp8_state_dict,
-    high_precision_state_dict,
-    load_fp8_state_dict,
-    scaler_group,
-    set_fp8_enabled,
-    unconvert_linears,
-)
-from accel.backends.native_fp8.formats import E4M3, E5M2, cast_to_fp8, format_dtypes, fp8_max
-from accel.backends.native_fp8.linear import Float8Config, Float8Linear
-from accel.backends.native_fp8.scaler_group import ScalerGroup
-from accel.backends.native_fp8.scaling import TensorScaler, compute_scale
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "E4M3",
-    "E5M2",
-    "ConversionReport",
-    "Float8Config",
-    "Float8Conv1D",
-    "Float8Linear",
-    "LayerDecision",
-    "ScalerGroup",
-    "TensorScaler",
-    "cast_to_fp8",
-    "compute_scale",
-    "convert_linears",
-    "float8_layers",
-    "format_dtypes",
-    "fp8_max",
-    "fp8_state_dict",
-    "high_precision_state_dict",
-    "load_fp8_state_dict",
-    "scaler_group",
-    "set_fp8_enabled",
-    "unconvert_linears",
-]
+from accel._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, for type checkers (accel/_lazy.py)
+    from accel.backends.native_fp8.conv1d import Float8Conv1D as Float8Conv1D
+    from accel.backends.native_fp8.convert import ConversionReport as ConversionReport
+    from accel.backends.native_fp8.convert import LayerDecision as LayerDecision
+    from accel.backends.native_fp8.convert import convert_linears as convert_linears
+    from accel.backends.native_fp8.convert import float8_layers as float8_layers
+    from accel.backends.native_fp8.convert import fp8_state_dict as fp8_state_dict
+    from accel.backends.native_fp8.convert import high_precision_state_dict as high_precision_state_dict
+    from accel.backends.native_fp8.convert import load_fp8_state_dict as load_fp8_state_dict
+    from accel.backends.native_fp8.convert import set_fp8_enabled as set_fp8_enabled
+    from accel.backends.native_fp8.convert import unconvert_linears as unconvert_linears
+    from accel.backends.native_fp8.formats import E4M3 as E4M3
+    from accel.backends.native_fp8.formats import E5M2 as E5M2
+    from accel.backends.native_fp8.formats import cast_to_fp8 as cast_to_fp8
+    from accel.backends.native_fp8.formats import format_dtypes as format_dtypes
+    from accel.backends.native_fp8.formats import fp8_max as fp8_max
+    from accel.backends.native_fp8.linear import Float8Config as Float8Config
+    from accel.backends.native_fp8.linear import Float8Linear as Float8Linear
+    from accel.backends.native_fp8.scaler_group import ScalerGroup as ScalerGroup
+    from accel.backends.native_fp8.scaling import TensorScaler as TensorScaler
+    from accel.backends.native_fp8.scaling import compute_scale as compute_scale
+
+_EXPORTS = {
+    "Float8Conv1D": "accel.backends.native_fp8.conv1d",
+    "ConversionReport": "accel.backends.native_fp8.convert",
+    "LayerDecision": "accel.backends.native_fp8.convert",
+    "convert_linears": "accel.backends.native_fp8.convert",
+    "float8_layers": "accel.backends.native_fp8.convert",
+    "fp8_state_dict": "accel.backends.native_fp8.convert",
+    "high_precision_state_dict": "accel.backends.native_fp8.convert",
+    "load_fp8_state_dict": "accel.backends.native_fp8.convert",
+    "set_fp8_enabled": "accel.backends.native_fp8.convert",
+    "unconvert_linears": "accel.backends.native_fp8.convert",
+    "E4M3": "accel.backends.native_fp8.formats",
+    "E5M2": "accel.backends.native_fp8.formats",
+    "cast_to_fp8": "accel.backends.native_fp8.formats",
+    "format_dtypes": "accel.backends.native_fp8.formats",
+    "fp8_max": "accel.backends.native_fp8.formats",
+    "Float8Config": "accel.backends.native_fp8.linear",
+    "Float8Linear": "accel.backends.native_fp8.linear",
+    "ScalerGroup": "accel.backends.native_fp8.scaler_group",
+    "TensorScaler": "accel.backends.native_fp8.scaling",
+    "compute_scale": "accel.backends.native_fp8.scaling",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
