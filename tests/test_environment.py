@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from accel import Accelerator, settings
-from accel.environment import CONFIG_FILE_VARIABLE, known_variables, unknown_variables
+from accel.settings.environment import CONFIG_FILE_VARIABLE, known_variables, unknown_variables
 
 
 def _accelerator_warnings() -> list[str]:

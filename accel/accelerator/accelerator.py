@@ -36,7 +36,6 @@ from accel.distributed import process_group as distributed
 from accel.distributed import stall_marks
 from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
-from accel.environment import check_environment
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
@@ -56,6 +55,7 @@ from accel.settings import (
     SCHEDULER_PER_OPTIMIZER_STEP,
     USE_CPU,
 )
+from accel.settings.environment import check_environment
 from accel.tracking.selection import LogWith
 from accel.training import compiling, meta_init
 from accel.training.accumulation import GradientAccumulationPlugin

@@ -18,7 +18,7 @@ from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import SCHEDULER_PER_OPTIMIZER_STEP, Setting
-from accel.settings_handlers import bnb_options_from_env, fp8_recipe_from_env
+from accel.settings.handlers import bnb_options_from_env, fp8_recipe_from_env
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.strategy import ParallelStrategy
 

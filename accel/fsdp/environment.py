@@ -1,7 +1,7 @@
 """The FSDP plugin that `accel launch --use_fsdp` describes, for a script that builds none in code.
 
 `accel launch` passes use_fsdp and the fsdp_config options as ACCEL_USE_FSDP and ACCEL_FSDP_*
-variables (accel/settings.py); the Accelerator builds a FullyShardedDataParallelPlugin from them
+variables (accel/settings/catalogue.py); the Accelerator builds a FullyShardedDataParallelPlugin from them
 when its `fsdp_plugin` argument is None, as Accelerate does with ACCELERATE_USE_FSDP, so that a
 launched script with no plugin in its code trains sharded.
 """
@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from accel.settings_handlers import fsdp_fields_from_env
+from accel.settings.handlers import fsdp_fields_from_env
 
 _SOURCE = "ACCEL_USE_FSDP / ACCEL_FSDP_*, set by `accel launch --use_fsdp` and the config file's fsdp_config"
 

@@ -1,6 +1,6 @@
 """The names of FSDP's options that the command line shares with FullyShardedDataParallelPlugin.
 
-Torch-free, so that the settings schema (accel/settings.py) can derive the `fsdp_config:` keys,
+Torch-free, so that the settings schema (accel/settings/catalogue.py) can derive the `fsdp_config:` keys,
 the `--fsdp_*` flags and the ACCEL_FSDP_* variables from them without importing torch; the
 plugin (accel/fsdp/plugin.py) checks its fields against the same names.
 """

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from accel.availability import (
+from accel.utils.imports import (
     is_bnb_available,
     is_cuda_available,
     is_datasets_available,

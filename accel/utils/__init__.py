@@ -12,7 +12,55 @@ from __future__ import annotations
 from typing import Any
 
 from accel._accelerate_names import forwarding, refusals
-from accel.availability import (
+from accel.data.skipping import skip_first_batches
+from accel.deepspeed import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    DeepSpeedPlugin,
+    DeepSpeedSchedulerWrapper,
+    DummyOptim,
+    DummyScheduler,
+)
+from accel.fsdp import FullyShardedDataParallelPlugin
+from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
+from accel.parallel.config import ParallelismConfig
+from accel.training.out_of_memory import (
+    clear_device_cache,
+    find_executable_batch_size,
+    release_memory,
+    should_reduce_batch_size,
+)
+from accel.training.seeding import set_seed, synchronize_rng_states
+from accel.utils.dataclasses import (
+    AORecipeKwargs,
+    AutocastKwargs,
+    BitsandbytesKwargs,
+    DataLoaderConfiguration,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    DistributedType,
+    DynamoBackend,
+    FP8RecipeKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    MSAMPRecipeKwargs,
+    PrecisionType,
+    ProfileKwargs,
+    ProjectConfiguration,
+    TERecipeKwargs,
+    TorchDynamoPlugin,
+)
+from accel.utils.environment import (
+    check_os_kernel,
+    clear_environment,
+    convert_dict_to_env_variables,
+    patch_environment,
+    purge_accelerate_environment,
+    write_basic_config,
+)
+from accel.utils.imports import (
     compare_versions,
     is_aim_available,
     is_bf16_available,
@@ -62,54 +110,6 @@ from accel.availability import (
     is_wandb_available,
     is_xpu_available,
     str_to_bool,
-)
-from accel.data.skipping import skip_first_batches
-from accel.deepspeed import (
-    DeepSpeedEngineWrapper,
-    DeepSpeedOptimizerWrapper,
-    DeepSpeedPlugin,
-    DeepSpeedSchedulerWrapper,
-    DummyOptim,
-    DummyScheduler,
-)
-from accel.fsdp import FullyShardedDataParallelPlugin
-from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
-from accel.parallel.config import ParallelismConfig
-from accel.training.out_of_memory import (
-    clear_device_cache,
-    find_executable_batch_size,
-    release_memory,
-    should_reduce_batch_size,
-)
-from accel.training.seeding import set_seed, synchronize_rng_states
-from accel.utils.dataclasses import (
-    AORecipeKwargs,
-    AutocastKwargs,
-    BitsandbytesKwargs,
-    DataLoaderConfiguration,
-    DDPCommunicationHookType,
-    DistributedDataParallelKwargs,
-    DistributedType,
-    DynamoBackend,
-    FP8RecipeKwargs,
-    GradientAccumulationPlugin,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-    MSAMPRecipeKwargs,
-    PrecisionType,
-    ProfileKwargs,
-    ProjectConfiguration,
-    TERecipeKwargs,
-    TorchDynamoPlugin,
-)
-from accel.utils.environment import (
-    check_os_kernel,
-    clear_environment,
-    convert_dict_to_env_variables,
-    patch_environment,
-    purge_accelerate_environment,
-    write_basic_config,
 )
 from accel.utils.operations import (
     CannotPadNestedTensorWarning,

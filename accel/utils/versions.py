@@ -1,5 +1,5 @@
 """Version checks at Accelerate's path `accelerate.utils.versions`."""
 
-from accel.availability import compare_versions, is_torch_version
+from accel.utils.imports import compare_versions, is_torch_version
 
 __all__ = ["compare_versions", "is_torch_version"]

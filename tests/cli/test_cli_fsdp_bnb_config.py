@@ -21,7 +21,7 @@ from accel.cli.launch.plan import plan_launch
 from accel.fsdp import CONFIG_KEYS, FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import BitsandbytesKwargs
 from accel.settings import BNB_SETTINGS, FSDP_OPTION_SETTINGS, USE_FSDP, to_environment
-from accel.settings_handlers import bnb_options_from_env, fsdp_fields_from_env
+from accel.settings.handlers import bnb_options_from_env, fsdp_fields_from_env
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ACCELERATE_FSDP = {

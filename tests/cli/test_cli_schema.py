@@ -17,7 +17,7 @@ from accel.settings import (
     USE_CPU,
     to_environment,
 )
-from accel.settings_handlers import fp8_recipe_from_env
+from accel.settings.handlers import fp8_recipe_from_env
 
 SAMPLE_VALUES = {
     "mixed_precision": "bf16", "num_processes": 4, "num_machines": 2, "machine_rank": 1,

@@ -14,7 +14,7 @@ import yaml
 from accel.cli.config.file import ConfigFile, load_config
 from accel.cli.launch.plan import plan_launch
 from accel.kwargs_handlers import BitsandbytesKwargs
-from accel.settings_handlers import bnb_options_from_env
+from accel.settings.handlers import bnb_options_from_env
 from tests.cli.test_cli_wizard import DOWN, ENTER, Wizard
 
 SCRIPT = Path(__file__).parent / "scripts" / "sharding_from_env.py"

@@ -78,7 +78,7 @@ def test_with_fields_adds_explicit_fields_and_keeps_the_others() -> None:
 
 def test_base_precision_and_fp8_params_are_settings_like_every_field() -> None:
     from accel.settings import FP8_SETTINGS_BY_KEY
-    from accel.settings_handlers import fp8_recipe_from_env
+    from accel.settings.handlers import fp8_recipe_from_env
 
     base, params = FP8_SETTINGS_BY_KEY["base_precision"], FP8_SETTINGS_BY_KEY["fp8_params"]
     assert (base.flags[0], base.env_var, base.yaml_path) == ("--fp8_base_precision", "ACCEL_FP8_BASE_PRECISION",

@@ -25,7 +25,7 @@ from typing import Any
 
 from accel.cli.errors import CliError, warn
 from accel.settings import GPU_IDS, MIXED_PRECISION, PARALLELISM_SETTINGS_BY_KEY, USE_CPU, to_environment
-from accel.settings_handlers import fp8_recipe_from_env
+from accel.settings.handlers import fp8_recipe_from_env
 
 
 def check_launch(plan: Any, command: str) -> dict[str, str]:
@@ -88,7 +88,7 @@ def needs_check(environ: Mapping[str, str]) -> bool:
     precision other than 'no', FSDP or bitsandbytes. Torch-free: when nothing is asked, no process imports
     torch to find that out. (An unreadable value also answers True: the check then names it.)"""
     from accel.settings import USE_FSDP
-    from accel.settings_handlers import bnb_options_from_env
+    from accel.settings.handlers import bnb_options_from_env
 
     try:
         return MIXED_PRECISION.from_env(environ) != "no" or bool(USE_FSDP.from_env(environ)) or (
@@ -147,7 +147,7 @@ def _check_quantization_and_fsdp(environ: Mapping[str, str], backend: Any, devic
     from accel.fsdp.environment import environment_plugin
     from accel.kwargs_handlers import Handlers
     from accel.quantization import create_quantizer
-    from accel.settings_handlers import bnb_options_from_env
+    from accel.settings.handlers import bnb_options_from_env
 
     try:
         quantizer = create_quantizer(Handlers().with_environment(bnb_options_from_env(environ)), backend, device)

@@ -16,7 +16,6 @@ from typing import Any
 from accel._validation import closest
 from accel.cli.config import from_accelerate as accelerate_config
 from accel.cli.errors import CliError
-from accel.environment import CONFIG_FILE_VARIABLE
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
 from accel.settings import (
     BNB_SECTION,
@@ -42,6 +41,7 @@ from accel.settings import (
     USE_FSDP,
     Setting,
 )
+from accel.settings.environment import CONFIG_FILE_VARIABLE
 
 _TOP_LEVEL = {setting.yaml_key: setting for setting in (*TOP_LEVEL_SETTINGS, USE_FSDP, USE_DEEPSPEED)}
 _SECTIONS: dict[str, tuple[str, dict[str, Setting]]] = {

@@ -23,7 +23,6 @@ from accel.cli.config.file import active_config
 from accel.cli.errors import CliError
 from accel.cli.launch.children import CHECK_VARIABLE, exit_status, failure_line, run_child, script_command, torchrun_command
 from accel.cli.launch.plan import plan_launch
-from accel.environment import check_setting_values
 from accel.settings import (
     ALL_SETTINGS,
     BNB_SETTINGS,
@@ -35,6 +34,7 @@ from accel.settings import (
     PARALLELISM_SETTINGS,
     TOP_LEVEL_SETTINGS,
 )
+from accel.settings.environment import check_setting_values
 
 COMMAND = "accel launch"
 

@@ -67,7 +67,7 @@ def test_on_llama3_8b_the_rule_keeps_out_what_torchaos_auto_filter_keeps_out(sca
 # ----------------------------------------------------------------------------- the recipe field
 def test_the_field_is_checked_and_is_a_setting_like_every_field() -> None:
     from accel.settings import FP8_SETTINGS_BY_KEY
-    from accel.settings_handlers import fp8_recipe_from_env
+    from accel.settings.handlers import fp8_recipe_from_env
 
     assert FP8RecipeKwargs().small_layer_dim is None
     for bad in (-1, "1024", 1.5, True):

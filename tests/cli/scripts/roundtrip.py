@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 from accel.settings import TOP_LEVEL_SETTINGS
-from accel.settings_handlers import fp8_recipe_from_env
+from accel.settings.handlers import fp8_recipe_from_env
 
 report = {"settings": {s.name: s.from_env() for s in TOP_LEVEL_SETTINGS}}
 recipe = fp8_recipe_from_env()

@@ -1,4 +1,4 @@
-"""The deepspeed_config settings' table (Accelerate's config keys), from which accel/settings.py derives
+"""The deepspeed_config settings' table (Accelerate's config keys), from which accel/settings/catalogue.py derives
 each one's flag (`--zero_stage`), variable (ACCEL_ZERO_STAGE) and DeepSpeedPlugin field; Accelerate's launcher
 hands them over as ACCELERATE_DEEPSPEED_* (ACCELERATE_SPELLINGS). Torch-free, like the rest of the schema."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.setting_kinds import BoolKind, ChoiceKind, FloatKind, IntKind, Kind, TextKind
+from accel.settings.kinds import BoolKind, ChoiceKind, FloatKind, IntKind, Kind, TextKind
 
 DEEPSPEED_SECTION = "deepspeed_config"
 """The YAML mapping that holds DeepSpeed's options, under Accelerate's keys (zero_stage, ...)."""

@@ -3,15 +3,15 @@ and the variable through which Accelerate's launcher hands each setting to a scr
 
 `accelerate launch` sets `ACCELERATE_MIXED_PRECISION`, `ACCELERATE_USE_CPU`,
 `ACCELERATE_GRADIENT_ACCUMULATION_STEPS`, `ACCELERATE_DYNAMO_*`, `ACCELERATE_USE_FSDP`, FSDP's own `FSDP_*`,
-ParallelismConfig's `PARALLELISM_CONFIG_*` and DeepSpeed's `ACCELERATE_DEEPSPEED_*` (accel/settings_deepspeed.py).
+ParallelismConfig's `PARALLELISM_CONFIG_*` and DeepSpeed's `ACCELERATE_DEEPSPEED_*` (accel/settings/deepspeed_names.py).
 `accelerate_variable` derives each from the setting's name and section; `Setting.accelerate_env_var`
-(accel/setting.py) asks it, and `Setting.lookup` reads that variable beside ACCEL_<NAME>. The catalogue
-(accel/settings.py) checks that every name here is one of its settings. Torch-free, like the rest of the schema.
+(accel/settings/setting.py) asks it, and `Setting.lookup` reads that variable beside ACCEL_<NAME>. The catalogue
+(accel/settings/catalogue.py) checks that every name here is one of its settings. Torch-free, like the rest of the schema.
 """
 
 from __future__ import annotations
 
-from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
+from accel.settings.deepspeed_names import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS
 
 ACCELERATE_PREFIX = "ACCELERATE_"
 """The prefix of the variables Accelerate's launcher sets (FSDP's options have none: FSDP_VERSION, ...)."""

@@ -7,12 +7,12 @@ argument. A setting inside a YAML `section` keeps its name as flag and variable 
 fp8_config and bnb_config sections its YAML key is its handler's field (`keyword`).
 
 Accelerate's launcher hands some settings over under its own names (`Setting.accelerate_env_var`,
-derived in accel/settings_accelerate.py). `Setting.from_env` reads either; when both are set and their
+derived in accel/settings/accelerate_names.py). `Setting.from_env` reads either; when both are set and their
 values differ it refuses, naming both.
 
 A value that cannot be parsed raises ValueError naming where it came from; the kinds of value
-(how each is checked and parsed) are in accel/setting_kinds.py, and every setting accel has is in
-accel/settings.py. Torch-free, so that the command line can share it.
+(how each is checked and parsed) are in accel/settings/kinds.py, and every setting accel has is in
+accel/settings/catalogue.py. Torch-free, so that the command line can share it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
-from accel.setting_kinds import Kind
-from accel.settings_accelerate import accelerate_variable
+from accel.settings.accelerate_names import accelerate_variable
+from accel.settings.kinds import Kind
 
 ENV_PREFIX = "ACCEL_"
 """The prefix of the variables through which `accel launch` hands each setting to a script."""

@@ -1,4 +1,4 @@
-"""The catalogue: every setting accel has, each a `Setting` (accel/setting.py) whose one name gives its
+"""The catalogue: every setting accel has, each a `Setting` (accel/settings/setting.py) whose one name gives its
 YAML key, `accel launch` flag, ACCEL_* variable and keyword.
 
 The FP8 recipe's settings are derived from the fields of FP8RecipeKwargs: field `f`
@@ -7,11 +7,11 @@ keyword `FP8RecipeKwargs(f=...)`. The quantization settings derive the same way 
 of BitsandbytesKwargs (`bnb_config: {mode: ...}`, `--bnb_mode`, ACCEL_BNB_MODE). FSDP's are
 Accelerate's keys: `use_fsdp` (an Accelerate config's `distributed_type: FSDP`) and, under
 `fsdp_config:`, `fsdp_auto_wrap_policy` and the rest, each also the flag and ACCEL_ variable stem,
-with FullyShardedDataParallelPlugin's field as keyword. DeepSpeed's table is accel/settings_deepspeed.py;
+with FullyShardedDataParallelPlugin's field as keyword. DeepSpeed's table is accel/settings/deepspeed_names.py;
 Accelerate's launcher's spellings of the settings (ACCELERATE_MIXED_PRECISION, FSDP_*, ...) are
-accel/settings_accelerate.py.
+accel/settings/accelerate_names.py.
 
-`Setting`, the kinds of value (accel/setting_kinds.py) and the section names are importable from here
+`Setting`, the kinds of value (accel/settings/kinds.py) and the section names are importable from here
 too. Torch-free, so that the command line can share it.
 """
 
@@ -37,13 +37,19 @@ from accel.kwargs_handlers.fp8 import (
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.kwargs_handlers.monitoring import SPIKE_ACTIONS
-from accel.setting import (
-    BNB_SECTION,
-    ENV_PREFIX,  # noqa: F401 - importable from here, as before Setting had its own module
-    FP8_SECTION,
-    Setting,
+from accel.settings.accelerate_names import (
+    ACCELERATE_FSDP_SPELLINGS,
+    ACCELERATE_PREFIX,  # noqa: F401 - importable from here, as before Accelerate's spellings had their own module
+    ACCELERATE_TOP_LEVEL_NAMES,
+    DYNAMO_SECTION,
+    FSDP_SECTION,
+    PARALLELISM_SECTION,
 )
-from accel.setting_kinds import (  # re-exported: the kinds are part of the schema's vocabulary
+from accel.settings.deepspeed_names import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS  # noqa: F401 - importable here
+from accel.settings.deepspeed_names import DEEPSPEED_SECTION
+from accel.settings.deepspeed_names import TABLE as DEEPSPEED_TABLE
+from accel.settings.deepspeed_names import USE_HELP as DEEPSPEED_USE_HELP
+from accel.settings.kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
     ChoiceKind,
@@ -59,18 +65,12 @@ from accel.setting_kinds import (  # re-exported: the kinds are part of the sche
     TextKind,
     parse_bool,  # noqa: F401 - importable from here, as before the kinds had their own module
 )
-from accel.settings_accelerate import (
-    ACCELERATE_FSDP_SPELLINGS,
-    ACCELERATE_PREFIX,  # noqa: F401 - importable from here, as before Accelerate's spellings had their own module
-    ACCELERATE_TOP_LEVEL_NAMES,
-    DYNAMO_SECTION,
-    FSDP_SECTION,
-    PARALLELISM_SECTION,
+from accel.settings.setting import (
+    BNB_SECTION,
+    ENV_PREFIX,  # noqa: F401 - importable from here, as before Setting had its own module
+    FP8_SECTION,
+    Setting,
 )
-from accel.settings_deepspeed import ACCELERATE_SPELLINGS as ACCELERATE_DEEPSPEED_SPELLINGS  # noqa: F401 - importable here
-from accel.settings_deepspeed import DEEPSPEED_SECTION
-from accel.settings_deepspeed import TABLE as DEEPSPEED_TABLE
-from accel.settings_deepspeed import USE_HELP as DEEPSPEED_USE_HELP
 
 RECIPE_PRECISION = "fp8"
 """The precision that reads the fp8_config section."""
@@ -275,7 +275,7 @@ PARALLELISM_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in PARALLEL
 USE_DEEPSPEED = Setting("use_deepspeed", BoolKind(), False, help=DEEPSPEED_USE_HELP)
 DEEPSPEED_OPTION_SETTINGS = tuple(Setting(key, kind, default, keyword=field, help=text, section=DEEPSPEED_SECTION)
                                   for key, (kind, default, field, text) in DEEPSPEED_TABLE.items())
-"""The deepspeed_config keys (accel/settings_deepspeed.py); keyword is the DeepSpeedPlugin field."""
+"""The deepspeed_config keys (accel/settings/deepspeed_names.py); keyword is the DeepSpeedPlugin field."""
 DEEPSPEED_SETTINGS = (USE_DEEPSPEED, *DEEPSPEED_OPTION_SETTINGS)
 DEEPSPEED_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in DEEPSPEED_OPTION_SETTINGS}
 ALL_SETTINGS = (TOP_LEVEL_SETTINGS + FP8_SETTINGS + DYNAMO_SETTINGS + FSDP_SETTINGS + BNB_SETTINGS + PARALLELISM_SETTINGS

@@ -1,4 +1,4 @@
-"""The kinds of value a setting holds (accel/setting.py): how each is checked, parsed from text
+"""The kinds of value a setting holds (accel/settings/setting.py): how each is checked, parsed from text
 (an environment variable, a flag) and written back as text. Each raises ValueError naming where
 the value came from. Torch-free, so that the command line can share it."""
 
