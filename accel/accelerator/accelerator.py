@@ -197,8 +197,9 @@ class Accelerator(
     # ----------------------------------------------------------------- properties
     @property
     def device(self) -> torch.device:
-        """The device this process trains on."""
-        return self.process_state.device
+        """The device this process trains on, named as Accelerate names it (`cpu:0` on each process of a
+        multi-CPU run, `cpu` for one process)."""
+        return self.process_state.public_device
 
     @property
     def save_iteration(self) -> int:

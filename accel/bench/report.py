@@ -20,6 +20,12 @@ _LISTS = ("losses", "speedups")
 """The CSV fields that hold one number per step, separated by spaces."""
 
 
+def counted(number: int, noun: str) -> str:
+    """`number` and `noun`, plural unless the number is 1: counted(1, "mode") is "1 mode", counted(0, "warm-up step")
+    is "0 warm-up steps"."""
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 MIN_GAIN = 0.05
 """The smallest speed-up over fp32 eager that a recommendation counts as one."""
 MIN_ROUNDS = 4
@@ -68,9 +74,10 @@ class Recommendation:
                 "of it ran faster here." + busy
             )
         fastest, rounds = self.fastest, len(self.fastest.speedups)
-        measured = f"{speedup(fastest, self.reference):.2f}x, the median of {rounds} interleaved rounds"
+        measured = f"{speedup(fastest, self.reference):.2f}x, the median of {counted(rounds, 'interleaved round')}"
         if self.row is None:
-            why = (f"{rounds} timed rounds are too few to tell (give --steps of at least --warmup + {MIN_ROUNDS})"
+            why = (f"{counted(rounds, 'timed round')} {'is' if rounds == 1 else 'are'} too few to tell (give --steps "
+                   f"of at least --warmup + {MIN_ROUNDS})"
                    if rounds < MIN_ROUNDS else f"it was not more than {MIN_GAIN:.0%} faster in three rounds of four")
             return (
                 f"No precision is clearly faster than {REFERENCE} eager here: the fastest, {fastest.case} "

@@ -129,6 +129,7 @@ def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse
     from dataclasses import replace
 
     from accel.bench.flops import flops_per_token
+    from accel.bench.report import counted
     from accel.bench.run import load_compiler, run_case, run_cases
 
     # One untimed fp32 step first: the process's one-time set-up (thread pools, kernel caches) would
@@ -136,7 +137,8 @@ def _run_all(work: Any, cases: list[Any], modes: tuple[str, ...], args: argparse
     warm = run_case(replace(work, batches=work.batches[:1]), cases[0], "eager", 0, args.lr, lambda: None)
     kind = "a quick run: eager only" if args.quick else f"{' and '.join(modes)}"
     guess = estimate((warm.first_step_s or 0.0), len(cases), modes, args.steps)
-    say(COMMAND, f"{work.name}: {len(cases)} precisions x {len(modes)} modes ({kind}), {args.steps} steps each, "
+    say(COMMAND, f"{work.name}: {counted(len(cases), 'precision')} x {counted(len(modes), 'mode')} ({kind}), "
+        f"{counted(args.steps, 'step')} each, "
         f"interleaved; {guess} (from one fp32 step here)"
         + ("" if args.quick else "; --quick gives a first look in under a minute"))
     load_compiler()
@@ -161,9 +163,10 @@ def _throughput_text(row: Any) -> str:
 
 def _report(rows: list[Any], workload: str, args: argparse.Namespace) -> int:
     """Print the table and the recommendation; write bench.csv and bench.png into --output_dir."""
-    from accel.bench.report import format_table, recommend, write_chart, write_csv
+    from accel.bench.report import counted, format_table, recommend, write_chart, write_csv
 
-    print(f"{workload}, {args.steps} steps per case (step time: median after {args.warmup} warm-up steps)")
+    print(f"{workload}, {counted(args.steps, 'step')} per case (step time: median after "
+          f"{counted(args.warmup, 'warm-up step')})")
     print(_machine())
     print(format_table(rows))
     recommendation = recommend(rows, args.tolerance).text()

@@ -132,7 +132,7 @@ def main() -> int:
     except Exception as error:  # the check reports any failure to train as its result
         reason = str(error).split("\n")[0]
         report("it trains", False, f"{type(error).__name__}: {reason}")
-        return verdict(False)
+        return verdict(False, alone=True)
     finite = all(loss == loss and abs(loss) != float("inf") for loss in losses)
     passed = report("it trains", finite, f"{len(losses)} steps in {seconds:.1f} s on {accelerator.device}")
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -141,7 +141,7 @@ def main() -> int:
         passed &= report_units(model)
     runs = accelerator.mixed_precision
     passed &= report("precision", runs == asked, f"asked {asked!r}, runs {runs!r}")
-    return verdict(passed)
+    return verdict(all_passed(accelerator, passed))
 
 
 def report_units(model: torch.nn.Module) -> bool:
@@ -161,9 +161,27 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def verdict(passed: bool) -> int:
-    """Print the final line; the exit status."""
-    say(f"accel test: {'PASS' if passed else 'FAIL'}")
+def all_passed(accelerator: Accelerator, passed: bool) -> bool:
+    """Whether every process passed its checks (one small reduction; each process's own result in one)."""
+    import torch
+
+    if accelerator.num_processes == 1:
+        return passed
+    try:
+        failed = accelerator.reduce(torch.tensor([0 if passed else 1], device=accelerator.device), "sum")
+    except RuntimeError:  # another process left before it: its failure is what it printed
+        return False
+    return int(failed.item()) == 0
+
+
+def verdict(passed: bool, alone: bool = False) -> int:
+    """Print the final line, once: from the main process, which speaks for all (`passed` is every process's
+    result), or from a process whose run failed on its own (`alone`: the others may never get this far);
+    the exit status."""
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0 or alone:
+        prefix = f"[rank {rank}] " if alone and os.environ.get("WORLD_SIZE", "1") != "1" else ""
+        say(f"{prefix}accel test: {'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
 

@@ -93,7 +93,8 @@ class PartialState:
 
     @property
     def device(self) -> torch.device:
-        return self._process.device
+        """This process's device, named as Accelerate names it (`cpu:0` on each process of a multi-CPU run)."""
+        return self._process.public_device
 
     @property
     def process_index(self) -> int:

@@ -31,21 +31,31 @@ class ProcessState:
     """(size, rank) of the data-parallel world where it is not the whole world: with a device mesh whose
     tp (or cp) groups see the same batch (accel.parallel.mesh.data_parallel_place); None: every process
     reads its own part."""
+    named_device: torch.device | None = None
+    """The device as Accelerate names it where that differs from `device` (see accelerate_device_name); None:
+    `device`. Tensors go to `device`: `.to("cpu:0")` copies a CPU tensor where `.to("cpu")` returns it."""
 
     @classmethod
     def from_environment(cls, *, cpu: bool, group: InitProcessGroupKwargs | None = None) -> ProcessState:
         """Read the layout torchrun set, pick the device, and join the process group when there are several."""
         layout = distributed.read_layout(os.environ)
-        device = _device_from_environment(cpu) or pick_device(cpu=cpu, local_index=layout.local_rank)
+        named = _device_from_environment(cpu)
+        device = named or pick_device(cpu=cpu, local_index=layout.local_rank)
         if layout.world_size == 1:
             return cls(device=device)
         backend = distributed.join_process_group(layout, device, group or InitProcessGroupKwargs())
-        return cls(device, layout.rank, layout.local_rank, layout.world_size, layout.local_world_size, backend)
+        return cls(device, layout.rank, layout.local_rank, layout.world_size, layout.local_world_size, backend,
+                   named_device=None if named else accelerate_device_name(device))
 
     @property
     def distributed(self) -> bool:
         """True when several processes train together (a process group exists)."""
         return self.num_processes > 1
+
+    @property
+    def public_device(self) -> torch.device:
+        """The device a script reads (Accelerator.device, PartialState.device): Accelerate's name for it."""
+        return self.device if self.named_device is None else self.named_device
 
     @property
     def data_parallel_size(self) -> int:
@@ -96,6 +106,14 @@ def _device_from_environment(cpu: bool) -> torch.device | None:
             f"unset {DEVICE_VARIABLE} or drop cpu=True."
         )
     return device
+
+
+def accelerate_device_name(device: torch.device) -> torch.device | None:
+    """How Accelerate 1.15 names the device `device` of a process of a multi-process run, where its name
+    differs: `cpu:0` for the CPU (MULTI_CPU: PartialState.set_device takes the index local_process_index %
+    torch.cpu.device_count(), and that count is 1), on every process; None otherwise (an accelerator's `cuda:<local
+    rank>` is already its name). One process is `cpu` in both."""
+    return torch.device("cpu", 0) if device.type == "cpu" and device.index is None else None
 
 
 def pick_device(*, cpu: bool, local_index: int = 0) -> torch.device:

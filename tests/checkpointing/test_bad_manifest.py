@@ -70,3 +70,29 @@ def test_nesting_that_json_reads_but_accel_never_writes(saved: tuple[Setup, Path
         nested = {"a": nested}
     _edit_manifest(folder, lambda m: m.update(fp8=nested))
     _load_refused(folder, tmp_path, "manifest.json nests more than 32 levels deep")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_processes", 0, r"manifest.json has num_processes=0, but it must be >= 1; the checkpoint is damaged"),
+        ("num_processes", -2, r"manifest.json has num_processes=-2, but it must be >= 1; the checkpoint is damaged"),
+        ("iteration", -1, r"manifest.json has iteration=-1, but it must be >= 0; the checkpoint is damaged"),
+        ("contents.models", -1, r"manifest.json has contents.models=-1, but it must be >= 0; the checkpoint is damaged"),
+    ],
+)
+def test_a_count_below_what_accel_writes(
+    saved: tuple[Setup, Path], tmp_path: Path, field: str, value: int, message: str
+) -> None:
+    """A number of processes of 0 (or a negative count) cannot be true: refused naming the field, as any other field."""
+    _, folder = saved
+
+    def edit(manifest: dict[str, object]) -> None:
+        *sections, key = field.split(".")
+        target = manifest
+        for section in sections:
+            target = target[section]  # type: ignore[assignment]
+        target[key] = value
+
+    _edit_manifest(folder, edit)
+    _load_refused(folder, tmp_path, message)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accel.bench.flops import flops_per_token, mfu
+from accel.bench.report import counted
 from accel.bench.workload import Workload
 from accel.cli.bench import COMPILE_GUESS_S, QUICK_STEPS, estimate
 from accel.cli.main import main
@@ -77,8 +78,10 @@ def test_a_full_run_says_up_front_how_long_it_will_take(
     status = main(["bench", "--model", f"{hook}:make", "--precisions", "fp32", "--no_compile", "--steps", "2",
                    "--warmup", "0", "--no_progress", "--output_dir", str(tmp_path / "out")])
     assert status == 0
-    err = capsys.readouterr().err
-    assert "1 precisions x 1 modes (eager), 2 steps each, interleaved; under a minute (from one fp32 step here)" in err
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "1 precision x 1 mode (eager), 2 steps each, interleaved; under a minute (from one fp32 step here)" in err
+    assert "2 steps per case (step time: median after 0 warm-up steps)" in captured.out
     assert "--quick gives a first look in under a minute" in err
 
 
@@ -88,3 +91,8 @@ def test_the_estimate_counts_every_row_and_a_compile_per_precision() -> None:
     assert estimate(0.2, 15, ("eager",), 12) == "about 36 s"
     compiled = 0.5 * 12 * 10 * 2 + COMPILE_GUESS_S * 10
     assert estimate(0.5, 10, ("eager", "compiled"), 12) == f"about {round(compiled / 60)} minutes"
+
+
+def test_counts_read_in_the_singular_for_one() -> None:
+    assert [counted(n, "mode") for n in (0, 1, 2)] == ["0 modes", "1 mode", "2 modes"]
+    assert counted(1, "warm-up step") == "1 warm-up step"

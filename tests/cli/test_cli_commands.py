@@ -35,10 +35,10 @@ def test_config_default_writes_then_refuses_to_overwrite(run_accel, tmp_path: Pa
     first = run_accel("config", "default")
     assert first.returncode == 0, first.stderr
     assert first.stderr.strip() == f"accel config default: wrote {path}"
+    # what a script also sets in its code (gradient_accumulation_steps, ...) is not written at its default:
+    # absent, it keeps that default, and the script's own value then runs without a warning
     assert yaml.safe_load(path.read_text()) == {
         "mixed_precision": "no", "num_processes": 1, "num_machines": 1, "machine_rank": 0, "use_cpu": True,
-        "gradient_accumulation_steps": 1, "scheduler_per_optimizer_step": False, "activation_checkpointing": False,
-        "async_save": False,
     }
     path.write_text("mixed_precision: bf16\n")
     again = run_accel("config", "default")
@@ -86,6 +86,17 @@ def test_selftest_passes_with_the_active_config(run_accel, tmp_path: Path) -> No
                                                        "accel test"]
     assert "asked 'bf16', runs 'bf16'" in lines[2]
     assert lines[-1] == "accel test: PASS"
+
+
+def test_selftest_with_two_processes_says_pass_once_from_the_main_process(run_accel) -> None:
+    """Each process's checks are its own lines ([rank N]); the verdict, for both, is one line, printed last."""
+    result = run_accel("test", "--num_processes", "2", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert result.stdout.count("accel test: PASS") == 1, result.stdout
+    assert lines[-1] == "accel test: PASS"
+    for rank in (0, 1):
+        assert sum(line.startswith(f"[rank {rank}] ok  ") for line in lines) == 3, result.stdout
 
 
 def test_selftest_refuses_a_precision_that_cannot_run_before_starting(run_accel, one_error_line) -> None:

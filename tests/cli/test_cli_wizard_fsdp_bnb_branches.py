@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from accel.cli.config import wizard_bnb, wizard_fsdp
+from accel.cli.config import wizard, wizard_bnb, wizard_fsdp
 
 
 class Script:
@@ -118,3 +118,26 @@ def test_with_tensor_parallelism_quantization_is_not_asked(monkeypatch: pytest.M
     script = scripted(monkeypatch, wizard_bnb, {})
     assert wizard_bnb.ask_quantization({}, torch.device("cpu"), {"parallelism_config_tp_size": 2}) == {}
     assert script.asked == [] and "tensor parallelism splits the Linear layers" in capsys.readouterr().out
+
+
+FP8_TWO_PROCESSES = {"mixed_precision": "fp8", "num_processes": 2, "num_machines": 1, "use_cpu": True,
+                     "fp8_backend": "native"}
+
+
+def test_fsdp_is_not_asked_where_the_recipe_cannot_be_sharded(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Native FP8 at O2 keeps weights fully_shard cannot shard: FSDP is not offered (and why is said), instead of
+    every question answered and the config refused at the end, nothing written."""
+    script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": True})
+    answers = {**FP8_TWO_PROCESSES, "fp8_optimization_level": "O2"}
+    assert wizard.ask_fsdp_where_it_runs({}, answers) == {}
+    assert script.asked == []
+    said = " ".join(capsys.readouterr().out.split())
+    assert "FSDP: not asked, FP8RecipeKwargs(optimization_level='O2') cannot run on backend='native' under FSDP" in said
+
+
+def test_fsdp_is_asked_where_the_recipe_can_be_sharded(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = scripted(monkeypatch, wizard_fsdp, {"with FSDP": False})
+    assert wizard.ask_fsdp_where_it_runs({}, FP8_TWO_PROCESSES) == {}
+    assert len(script.asked) == 1 and "with FSDP" in script.asked[0]

@@ -17,12 +17,16 @@ from accel.cli.config.file import config_path, load_config, render, write_atomic
 from accel.cli.errors import CANCELLED, CliError, say, warn
 from accel.cli.launch.plan import refuse_fsdp_flags, refuse_recipe_flags
 from accel.settings import (
+    ACTIVATION_CHECKPOINTING,
     ALL_SETTINGS,
+    ASYNC_SAVE,
     BNB_SETTINGS,
     DYNAMO_SETTINGS,
     FP8_SETTINGS,
     FSDP_SETTINGS,
+    GRADIENT_ACCUMULATION_STEPS,
     MIXED_PRECISION,
+    SCHEDULER_PER_OPTIMIZER_STEP,
     TOP_LEVEL_SETTINGS,
     USE_FSDP,
 )
@@ -51,9 +55,16 @@ def add_parser(subparsers: Any) -> None:
     default.set_defaults(handler=run_default, command=DEFAULT_COMMAND)
 
 
+SET_IN_SCRIPTS = (GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, ASYNC_SAVE)
+"""Settings a script also gives in its code (Accelerator and ProjectConfiguration keywords): their defaults are not
+written, since a key in the file reaches the script as ACCEL_* and a different value in the code then warns on every
+process. An absent key means the same default."""
+
+
 def machine_defaults(gpus: int) -> dict[str, Any]:
-    """The defaults written by `accel config default`: one process per GPU, else one CPU process."""
-    values = {s.name: s.default for s in TOP_LEVEL_SETTINGS if s.default is not None}
+    """The defaults written by `accel config default`: one process per GPU, else one CPU process (the
+    settings of SET_IN_SCRIPTS left out: absent, they keep the same defaults)."""
+    values = {s.name: s.default for s in TOP_LEVEL_SETTINGS if s.default is not None and s not in SET_IN_SCRIPTS}
     values.update(num_processes=max(gpus, 1), use_cpu=gpus == 0)
     if gpus == 0:
         del values["gpu_ids"]
@@ -87,9 +98,10 @@ def run_wizard(args: argparse.Namespace) -> int:
     from accel.cli.config import wizard
 
     path, chosen_by = config_path(args.config_file)
-    current = _existing_answers(path)
+    print(f"Writing {path} ({chosen_by}).", end=" ", flush=True)  # at once: counting GPUs may load torch
     machine = wizard.Machine(gpus=capabilities.gpu_count(), cores=capabilities.cpu_cores())
-    print(f"Writing {path} ({chosen_by}). This machine: {machine.cores} CPU cores, {machine.gpus} GPU(s).")
+    print(f"This machine: {machine.cores} CPU cores, {machine.gpus} GPU(s).")
+    current = _existing_answers(path)
     if path.exists():
         print(f"{path} exists: its values are the defaults below, and it is replaced when you finish "
               "(Ctrl-C leaves it unchanged).")

@@ -33,12 +33,16 @@ from accel.settings import (
     NUM_MACHINES,
     NUM_PROCESSES,
     RECIPE_PRECISION,
+    SETTINGS_BY_NAME,
     USE_CPU,
     USE_DEEPSPEED,
+    USE_FSDP,
     Setting,
 )
 
 Answers = dict[str, Any]
+
+FSDP_VERSION = SETTINGS_BY_NAME["fsdp_version"]
 
 PRECISION_TITLES = {
     "no": "fp32 weights and compute",
@@ -115,6 +119,14 @@ def _gpu_ids_problem(gpu_ids: str, gpus: int) -> str | None:
     return f"no GPU {missing[0]} here (ids 0 to {gpus - 1})" if missing else None
 
 
+def say_checking(answers: Mapping[str, Any]) -> None:
+    """Say what is checked next, before it starts: loading torch and trying every precision and FP8
+    backend on the training device takes seconds (ten on a busy machine) with nothing else to show."""
+    gpu_ids = answers.get(GPU_IDS.name, GPU_IDS.default)
+    where = "the CPU" if answers[USE_CPU.name] else ("the GPUs" if gpu_ids == "all" else f"GPU {gpu_ids.split(',')[0]}")
+    print(f"Checking which precisions and FP8 backends run on {where} (each is tried; a few seconds)...", flush=True)
+
+
 def ask_precision(current: Mapping[str, Any], device: Any) -> Answers:
     """Which precision; those that cannot run on `device` are shown with the reason and cannot be chosen."""
     status = capabilities.precision_status(device)
@@ -142,22 +154,57 @@ def _fp8_unavailable(device: Any) -> str | None:
 
 
 def ask_training(current: Mapping[str, Any]) -> Answers:
-    """Training-loop settings: gradient accumulation."""
+    """Training-loop settings: gradient accumulation, kept out of the answers when it is the default."""
     steps = ask_text(GRADIENT_ACCUMULATION_STEPS, "Gradient accumulation steps (micro-batches per optimizer step)?",
                      _current(current, GRADIENT_ACCUMULATION_STEPS))
-    return {GRADIENT_ACCUMULATION_STEPS.name: steps}
+    return unless_default(GRADIENT_ACCUMULATION_STEPS, steps)
+
+
+def unless_default(setting: Setting, value: Any) -> Answers:
+    """`{setting: value}`, or nothing when `value` is the setting's default.
+
+    For settings a script also sets in its code: an absent key sets no ACCEL_* variable at launch, so the
+    Accelerator takes the script's value (or the same default) without a warning that a written default
+    "overrides" it on every process.
+    """
+    return {} if value == setting.default else {setting.name: value}
+
+
+def ask_fsdp_where_it_runs(current: Mapping[str, Any], answers: Mapping[str, Any]) -> Answers:
+    """FSDP's questions, unless the answers so far cannot train sharded (an FP8 recipe whose storage
+    fully_shard cannot shard, say): then not asked, and why said, instead of a refusal after the last answer."""
+    reason = sharding_problem(answers)
+    if reason is not None:
+        print(f"  FSDP: not asked, {reason}")
+        return {}
+    return ask_fsdp(current, answers[NUM_PROCESSES.name], on_gpus=not answers[USE_CPU.name])
+
+
+def sharding_problem(answers: Mapping[str, Any]) -> str | None:
+    """Why the configuration `answers` cannot run under FSDP2 on this machine (the check `accel launch`
+    runs, with use_fsdp added), in one sentence; None when it can."""
+    from accel.cli.config.check import check_values
+    from accel.cli.errors import CliError
+
+    try:
+        check_values({**answers, USE_FSDP.name: True, FSDP_VERSION.name: 2})
+    except CliError as error:
+        reason = str(error).split(": ", 1)[-1]  # after "this configuration cannot run on cpu"
+        return reason.split(". ")[0].rstrip(".")
+    return None
 
 
 def ask_all(machine: Machine, current: Mapping[str, Any]) -> Answers:
     """Every question group in order; the answers, ready to write as config.yaml."""
     answers = ask_machines(current)
     answers.update(ask_devices(machine, current, answers[NUM_MACHINES.name]))
+    say_checking(answers)
     device = capabilities.training_device(answers[USE_CPU.name], answers.get(GPU_IDS.name, GPU_IDS.default))
     answers.update(ask_precision(current, device))
     if answers[MIXED_PRECISION.name] == RECIPE_PRECISION:
         answers.update(ask_recipe(current, device))
     if answers[NUM_PROCESSES.name] > 1:
-        answers.update(ask_fsdp(current, answers[NUM_PROCESSES.name], on_gpus=not answers[USE_CPU.name]))
+        answers.update(ask_fsdp_where_it_runs(current, answers))
         answers.update(ask_deepspeed(current, answers, device))
     deepspeed = bool(answers.get(USE_DEEPSPEED.name))
     if deepspeed:

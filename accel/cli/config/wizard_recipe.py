@@ -31,6 +31,9 @@ Answers = dict[str, Any]
 FIRST = ("scaling", "base_precision")
 """Recipe fields asked first: they decide which values the others may take."""
 BACKEND = FP8_SETTINGS_BY_KEY["backend"]
+BASE = FP8_SETTINGS_BY_KEY["base_precision"]
+FAST_BASE = "fp32"
+"""The base precision proposed where the recipe's default (bf16) is slow: fp32 runs at full speed everywhere."""
 SLOW_MARK = " [slow on this CPU]"
 
 
@@ -48,8 +51,10 @@ def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
     answers: Answers = {BACKEND.name: backend}
     fields = recipe_fields()
     usable = [s for s in fields if honoured(s, answers, device)]
+    if BASE in usable:
+        _preselect_base(answers, current, device)
     print(f"FP8 recipe defaults ({backend} backend): "
-          + ", ".join(f"{s.yaml_key} {shown_default(s, backend)}" for s in usable))
+          + ", ".join(f"{s.yaml_key} {_proposed(s, answers)}" for s in usable))
     unused = [s.yaml_key for s in fields if s not in usable]
     if unused:
         print(f"  not used by the {backend!r} backend, left at their defaults: {', '.join(unused)}")
@@ -58,6 +63,38 @@ def ask_recipe(current: Mapping[str, Any], device: Any) -> Answers:
             _ask_field(setting, answers, current, device)
     _say_if_slow(answers, device)
     return answers
+
+
+def fast_base_precision(answers: Mapping[str, Any], device: Any) -> str:
+    """The base precision to propose on `device`: the recipe's default (bf16) where it runs fast there, else
+    fp32 (when the recipe `answers` run with it). Decided by the capability check the Accelerator's
+    slowness warning uses (oneDNN's probe of the CPU's instructions), never by the CPU's name."""
+    if not _slow(BASE.default, device) or problem({**answers, BASE.name: FAST_BASE}, device) is not None:
+        return str(BASE.default)
+    return FAST_BASE
+
+
+def _preselect_base(answers: Answers, current: Mapping[str, Any], device: Any) -> None:
+    """Put the base precision to preselect in `answers` when it is not the recipe's default: the existing
+    config's, else fp32 where bf16 is slow on `device` (said, with why). A default the user keeps is then
+    written, since a launched Accelerator would otherwise run the recipe's bf16."""
+    if BASE.name in current:
+        base = current[BASE.name]
+    else:
+        base = fast_base_precision(answers, device)
+        if base != BASE.default:
+            print(f"  base_precision: {base} preselected, not the recipe's default {BASE.default}, which is slow "
+                  f"here: {capabilities.speed_note(BASE.default, device)}.")
+    if base != BASE.default:
+        answers[BASE.name] = base
+
+
+def _proposed(setting: Setting, answers: Mapping[str, Any]) -> str:
+    """The value the wizard proposes for a recipe field: one already in `answers` (a preselected base
+    precision), else the field's default."""
+    if setting.name in answers:
+        return setting.format(answers[setting.name])
+    return shown_default(setting, answers[BACKEND.name])
 
 
 def shown_default(setting: Setting, backend: str) -> str:
@@ -84,16 +121,20 @@ def recipe_fields() -> list[Setting]:
 def _ask_field(setting: Setting, answers: Answers, current: Mapping[str, Any], device: Any) -> None:
     """Ask one field (unless earlier answers left the backend nothing to choose); store it if not the default."""
     if not honoured(setting, answers, device):
+        answers.pop(setting.name, None)
         print(f"  {setting.yaml_key}: kept at {shown_default(setting, answers[BACKEND.name])} (not used with these answers)")
         return
-    slow = setting.yaml_key == "base_precision"
+    slow = setting is BASE
+    proposed = answers.get(setting.name, current.get(setting.name, setting.default))  # a preselected base precision
     value = ask_setting(
-        setting, f"{setting.yaml_key}: {describe(setting)}", current.get(setting.name, setting.default),
+        setting, f"{setting.yaml_key}: {describe(setting)}", proposed,
         problem=lambda v: problem({**answers, setting.name: v}, device),
         mark=(lambda v: SLOW_MARK if _slow(v, device) else "") if slow else None,
     )
     if value != setting.default:
         answers[setting.name] = value
+    else:
+        answers.pop(setting.name, None)  # a preselected base precision put back to the recipe's default
 
 
 def honoured(setting: Setting, answers: Mapping[str, Any], device: Any) -> bool:
@@ -129,8 +170,7 @@ def _slow(precision: str, device: Any) -> bool:
 
 def _say_if_slow(answers: Mapping[str, Any], device: Any) -> None:
     """Say once, after the recipe, when its base precision is slow here (the menu marked it)."""
-    setting = FP8_SETTINGS_BY_KEY["base_precision"]
-    base = answers.get(setting.name, setting.default)
+    base = answers.get(BASE.name, BASE.default)
     note = capabilities.speed_note(base, device) if base in CANONICAL_PRECISIONS else None
     if note:
         print(f"  note: base_precision {base} will be slow: {note}.")

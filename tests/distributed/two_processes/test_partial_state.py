@@ -18,8 +18,8 @@ def run() -> Launched:
 
 def test_partial_state_and_an_accelerator_share_one_group_and_agree(run: Launched) -> None:
     assert run.of("layout") == [
-        [0, 0, 2, True, True, False, "cpu", "MULTI_CPU", True, True, True],
-        [1, 1, 2, False, False, True, "cpu", "MULTI_CPU", True, True, True],
+        [0, 0, 2, True, True, False, "cpu:0", "MULTI_CPU", True, True, True],
+        [1, 1, 2, False, False, True, "cpu:0", "MULTI_CPU", True, True, True],
     ]
     assert run.of("accelerator_state") == [["no", "bf16", 2]] * 2
 
