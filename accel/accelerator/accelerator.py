@@ -74,15 +74,129 @@ class Accelerator(
 ):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
-    Accelerate's names and meanings. An argument left as None is read from its `ACCEL_*`
-    environment variable (set by `accel launch`) or Accelerate's `ACCELERATE_*` one (set by
-    `accelerate launch`; the two disagreeing is refused), else takes its default. Bad values raise
-    here, at construction, never later in the training loop. The methods live by concern:
-    preparing.py (prepare and prepare_*), process_methods.py (collectives, on_* decorators),
-    synchronizing.py (no_sync, join, triggers), files.py (model files, checkpoints),
-    tracking_methods.py (trackers), data_options.py (the dataloader options), private_views.py
-    (Accelerate's `_models` and the like). What was prepared is `self.prepared`; how models are spread over the
-    processes is `self.strategy` (accel.training.strategy), chosen here once.
+    Accelerate's names and meanings: a script written for `accelerate.Accelerator` runs after changing
+    the import. An argument left as None is read from its `ACCEL_*` environment variable (set by
+    `accel launch`) or Accelerate's `ACCELERATE_*` one (set by `accelerate launch`; the two disagreeing
+    is refused), else takes its default. An argument given in the code wins over its variable, with a
+    warning when they differ. Every value is checked here, at construction, never later in the
+    training loop: a value of the wrong kind (a str for a bool, a float for an int) raises
+    `ArgumentTypeError`, both a TypeError and a ValueError; a value of the right kind out of range, or
+    two arguments that contradict each other, raise ValueError naming both, what is accepted and the
+    closest match. Keyword arguments only (positional ones raise TypeError saying how to name them).
+
+    Where accel differs from Accelerate: what was asked runs or the constructor says why it cannot
+    (fp16 on a CPU really autocasts and scales the loss; Accelerate silently runs fp32 there), and a
+    tracker or backend whose library is missing raises instead of being skipped.
+
+    The methods live by concern: preparing.py (prepare and prepare_*), process_methods.py
+    (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers), files.py (model files,
+    checkpoints), tracking_methods.py (trackers), data_options.py (the dataloader options),
+    private_views.py (Accelerate's `_models` and the like). What was prepared is `self.prepared`;
+    how models are spread over the processes is `self.strategy` (accel.training.strategy), chosen
+    here once.
+
+    Args:
+        mixed_precision: The precision to train in: `"no"` (fp32), `"fp16"` or `"bf16"` (mixed:
+            float32 weights, the forward under torch.autocast, the loss scaled for fp16), `"fp8"`
+            (the backend and recipe from an `FP8RecipeKwargs` handler), `"16-true"`, `"bf16-true"`
+            or `"64-true"` (the whole model in that dtype). Lightning's spellings (`"32"`,
+            `"16-mixed"`, `"bf16-mixed"`, `"64"`, ...) are accepted too, in any case;
+            `accelerator.mixed_precision` then reports the canonical name. None:
+            `ACCEL_MIXED_PRECISION`, else (with a `deepspeed_plugin`) the precision its JSON
+            enables, else `"no"`. A precision that cannot run on this device raises, saying why.
+        gradient_accumulation_steps: Micro-batches per optimizer step, an int >= 1; use with
+            `accumulate()`. None: `ACCEL_GRADIENT_ACCUMULATION_STEPS`, else 1. Not together with a
+            `gradient_accumulation_plugin` (give the steps in one place); under DeepSpeed it must
+            agree with the JSON's `gradient_accumulation_steps`.
+        cpu: True trains on the CPU even where an accelerator is present (every process, as
+            launched). None or False: `ACCEL_USE_CPU`, else the environment's device (False does
+            not undo `accel launch --cpu`, as in Accelerate, whose examples pass `cpu=args.cpu`).
+        kwarg_handlers: Handler instances that tune a feature, at most one of each type:
+            `FP8RecipeKwargs`, `GradScalerKwargs`, `AutocastKwargs`, `DistributedDataParallelKwargs`,
+            `InitProcessGroupKwargs`, `BitsandbytesKwargs`, `ProfileKwargs`, `ThroughputKwargs`,
+            `SpikeDetectionKwargs`. A class instead of an instance, or two of one type, raise.
+            None: no handlers, except those `accel launch` passes as variables: the FP8 recipe
+            (`ACCEL_FP8_*`) and `BitsandbytesKwargs` (`ACCEL_BNB_*`); one given here wins, with a
+            warning when it differs.
+        kwargs_handlers: Accelerate's spelling of `kwarg_handlers`; giving both raises ValueError.
+        device_placement: True (default): `prepare` moves models to `device`, prepared
+            dataloaders move each batch there, and `init_module` builds on it. False leaves every
+            object where it is; `prepare(..., device_placement=[...])` decides per object.
+        step_scheduler_with_optimizer: True (default): a prepared scheduler steps only when its
+            optimizer really stepped (not on accumulation micro-batches, nor on an fp16 step skipped
+            for inf/NaN gradients). False: it steps on every call, for a schedule counted in
+            micro-batches.
+        scheduler_per_optimizer_step: accel's own. True: a prepared scheduler steps once per
+            optimizer step, whatever the number of processes. False: Accelerate's count (once per
+            process for each optimizer step, once under `split_batches`), so the learning rate is
+            Accelerate's at every step. None: `ACCEL_SCHEDULER_PER_OPTIMIZER_STEP`, else False.
+            True with `step_scheduler_with_optimizer=False` raises.
+        project_dir: The project's folder (a str or Path): `save_state()` without a folder writes
+            `project_dir/checkpoints/checkpoint_<n>`, and trackers log there. A shortcut for
+            `ProjectConfiguration(project_dir=...)`; it fills in a `project_config` that has none,
+            and a different folder there raises.
+        project_config: A `ProjectConfiguration`: folders, automatic checkpoint naming (on by
+            default in accel, off in Accelerate), how many checkpoints to keep, asynchronous
+            saving. The Accelerator keeps this object (`accelerator.project_configuration`).
+        log_with: The experiment trackers `log` writes to: a name (`"tensorboard"`, `"wandb"`,
+            `"mlflow"`, `"aim"`, `"jsonl"`), a `LoggerType`, a `GeneralTracker` instance, a list of
+            them, or `"all"` (every built-in tracker whose library is installed). Unlike
+            Accelerate, which skips a tracker whose library is missing, a missing library raises
+            ImportError naming the install. Start them with `init_trackers()`.
+        dataloader_config: A `DataLoaderConfiguration`: how prepared dataloaders split and even
+            out batches over the processes, the seedable sampler, non-blocking copies, stateful
+            resumption. None: built from `split_batches`/`even_batches`, else the defaults.
+        gradient_accumulation_plugin: A `GradientAccumulationPlugin`: the steps (`num_steps`) and
+            how accumulation meets the dataloader's end (`sync_with_dataloader`) and DDP
+            (`sync_each_batch`). Its `adjust_scheduler` changes no learning rate, as in Accelerate.
+            None: one built from `gradient_accumulation_steps`.
+        rng_types: Accelerate's names of the random generators to synchronise at each epoch
+            (`"torch"`, `"cuda"`, `"xla"`, `"generator"`, ...): checked, and otherwise unused,
+            because accel draws each epoch's shuffling on process 0 and shares it, which is what
+            that synchronisation is for. None: none.
+        split_batches: The older keyword for `DataLoaderConfiguration(split_batches=...)`: True
+            splits each batch a prepared dataloader yields over the processes (the batch size is
+            the global one). Not together with `dataloader_config`.
+        even_batches: The older keyword for `DataLoaderConfiguration(even_batches=...)`: True
+            (default) repeats samples so that every process gets the same number of batches. Not
+            together with `dataloader_config`.
+        dynamo_backend: A torch.compile backend (`"inductor"`, `"aot_eager"`, ..., or `"no"`):
+            `prepare` compiles each model, last, over DDP (docs/compile.md). None:
+            `ACCEL_DYNAMO_BACKEND`, else `"no"`. A backend this torch or device cannot run raises
+            here. Not together with `dynamo_plugin`.
+        dynamo_plugin: A `TorchDynamoPlugin` (backend, mode, fullgraph, dynamic, regional
+            compilation); each field left None is read from its `ACCEL_DYNAMO_*` variable.
+        fsdp_plugin: A `FullyShardedDataParallelPlugin`: prepared models are sharded with FSDP2
+            instead of DDP (docs/fsdp.md). None: the plugin `accel launch --use_fsdp` describes
+            (`ACCEL_USE_FSDP` and the `ACCEL_FSDP_*` variables), else no sharding. Checked against
+            the precision and quantization here; not together with `deepspeed_plugin`.
+        deepspeed_plugin: A `DeepSpeedPlugin`: models train inside DeepSpeed's ZeRO engine
+            (docs/deepspeed.md; DeepSpeed must be installed). None: the plugin
+            `accel launch --use_deepspeed` describes (`ACCEL_USE_DEEPSPEED`, `ACCEL_DEEPSPEED_*`),
+            else none. One plugin: Accelerate's dict of several named plugins is refused.
+        parallelism_config: A `ParallelismConfig`: the processes as a device mesh (HSDP, tensor
+            parallelism, both; docs/distributed.md), its sizes checked against the number of
+            processes. None: the one `accel launch` or `accelerate launch` describes
+            (`ACCEL_PARALLELISM_CONFIG_*`, `PARALLELISM_CONFIG_*`), else none (HSDP when the FSDP
+            plugin asks for HYBRID_SHARD). Not together with `deepspeed_plugin`.
+        torch_tp_plugin: Accelerate's older spelling of tensor parallelism:
+            `TorchTensorParallelPlugin(tp_size=N)` means `ParallelismConfig(tp_size=N)`. With a
+            `parallelism_config` too, the tp sizes must agree; its `torch_device_mesh` is refused
+            (accel builds the mesh from the sizes).
+        activation_checkpointing: accel's own: `prepare` makes blocks recompute their activations
+            in backward instead of keeping them, with or without FSDP. True: the model's repeated
+            blocks (its `_no_split_modules`, else its `nn.ModuleList` of identical blocks); a list
+            of class names, or one comma-separated str: those blocks. None:
+            `ACCEL_ACTIVATION_CHECKPOINTING`, else False.
+
+    Example:
+        ```python
+        from accel import Accelerator, GradScalerKwargs
+
+        accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=4,
+                                  kwarg_handlers=[GradScalerKwargs(init_scale=1024.0)])
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        ```
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Accelerator:
@@ -123,12 +237,16 @@ class Accelerator(
         torch_tp_plugin: TorchTensorParallelPlugin | None = None,
         activation_checkpointing: bool | str | Sequence[str] | None = None,
     ) -> None:
+        """Build the Accelerator: each keyword is described under Args in the class docstring, and checked here."""
         check_environment()
         self.rng_types = options.rng_types(rng_types)
+        """The `rng_types` given, checked (accel synchronises no generator: the shuffling is shared)."""
         self.dataloader_config = options.dataloader_config(dataloader_config, split_batches, even_batches)
+        """How prepared dataloaders split and even out batches (a DataLoaderConfiguration)."""
         check_dataloader_config(self.dataloader_config)
         plugin = options.accumulation_plugin(gradient_accumulation_plugin, gradient_accumulation_steps)
         self.handlers = options.with_environment_recipe(collect_handlers(kwarg_handlers, kwargs_handlers))
+        """The kwargs handlers in effect, by type (given, or supplied by `accel launch`); `.get(kind)` gives defaults."""
         self.deepspeed_plugin = ds_options.resolve_plugin(deepspeed_plugin, fsdp_plugin)
         """With DeepSpeedPlugin: models train inside DeepSpeed's ZeRO engine (docs/deepspeed.md)."""
         mixed_precision = ds_options.precision_keyword(self.deepspeed_plugin, mixed_precision)
@@ -136,11 +254,14 @@ class Accelerator(
         steps_given = ds_options.steps_keyword(self.deepspeed_plugin, options.steps_from(plugin) or gradient_accumulation_steps)
         steps = options.setting(GRADIENT_ACCUMULATION_STEPS, steps_given, options.positive_int)
         self.gradient_accumulation_plugin = plugin or GradientAccumulationPlugin(num_steps=steps)
+        """The accumulation options in force (the one given, or one built from the steps)."""
         use_cpu = options.setting(USE_CPU, options.forced_cpu(cpu), check_bool)
         self.process_state = ProcessState.from_environment(cpu=use_cpu, group=self.handlers.get(InitProcessGroupKwargs))
+        """accel's record of this process: its index, the number of processes, its device, the group's backend."""
         self.precision: PrecisionBackend = options.precision_backend(
             precision, self.process_state.device, self.handlers, self.deepspeed_plugin, parallelism_config, dynamo_backend
         )
+        """The precision backend that runs (accel.backends): its `name`, `compute_dtype`, `param_dtype`."""
         self.quantizer: Quantizer | None = create_quantizer(
             self.handlers,
             self.precision,  # type: ignore[arg-type]  # _Precision wants instance attributes; a backend's are class-level
@@ -172,16 +293,21 @@ class Accelerator(
         )
         """Accelerate's AcceleratorState: this process's place, device and precision."""
         self.gradient_state = GradientState(steps, self.gradient_accumulation_plugin.sync_with_dataloader)
+        """Accelerate's GradientState: the accumulation step, `sync_gradients`, the active dataloader's end."""
         self.gradient_state.adjust_scheduler = self.gradient_accumulation_plugin.adjust_scheduler
         self.device_placement = check_bool("device_placement", device_placement)
+        """Whether prepare moves objects to `device` (the constructor's keyword)."""
         self.step_scheduler_with_optimizer = check_bool("step_scheduler_with_optimizer", step_scheduler_with_optimizer)
+        """Whether a prepared scheduler steps only when its optimizer stepped (the constructor's keyword)."""
         self.scheduler_per_optimizer_step = options.scheduler_per_optimizer_step(
             options.setting(SCHEDULER_PER_OPTIMIZER_STEP, scheduler_per_optimizer_step, check_bool),
             self.step_scheduler_with_optimizer,
         )
         """True: a prepared scheduler steps once per optimizer step; False (default): Accelerate's count."""
         self.project_configuration = checkpointing.resolve_project_configuration(project_config, project_dir)
+        """The ProjectConfiguration in force (the one given, kept as the same object): folders, checkpoint naming."""
         self.project_dir = self.project_configuration.project_dir
+        """The project's folder (a str), or None."""
         self._setup_tracking(log_with)
         self._setup_monitoring()
         self._start_registries()
@@ -265,7 +391,26 @@ class Accelerator(
 
     # ----------------------------------------------------------------- training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate `loss` (divided by the accumulation steps, scaled for fp16)."""
+        """Backpropagate `loss`: use it instead of `loss.backward()`.
+
+        The loss is divided by the gradient accumulation steps, multiplied by the loss scale under
+        fp16, and backpropagated through the strategy (DDP all-reduces the gradients on a micro-batch
+        that syncs; DeepSpeed's engine runs its own backward). Raises RuntimeError before `prepare`
+        (the precision could not apply). With spike detection on, the loss is checked first.
+
+        Args:
+            loss: The scalar loss of this micro-batch.
+            **kwargs: Passed on to torch's `backward` (e.g. `retain_graph=True`).
+
+        Example:
+            ```python
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            ```
+        """
         if not self.prepared.models:
             raise RuntimeError(
                 "backward() was called before prepare(): pass your model (and optimizer) to "
@@ -281,13 +426,53 @@ class Accelerator(
                 stall_marks.leave()
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None) -> AbstractContextManager[Any]:
-        """The precision's autocast, for code outside the prepared model (a loss, say)."""
+        """The precision's autocast, for code outside the prepared model (a loss, say).
+
+        A prepared model's forward already runs under it. fp16/bf16 mixed (and fp8's base precision):
+        torch.autocast on the device in the compute dtype; `16-true`/`bf16-true`/`64-true`: that default
+        dtype for tensors made inside; fp32: nothing.
+
+        Args:
+            autocast_handler: Options for this block (`enabled`, `cache_enabled`); None: the
+                Accelerator's `AutocastKwargs`, else the defaults.
+
+        Returns:
+            A context manager.
+
+        Example:
+            ```python
+            with accelerator.autocast():
+                loss = loss_fn(model(x), y)
+            accelerator.backward(loss)
+            ```
+        """
         return self.precision.autocast(autocast_handler)
 
     @contextlib.contextmanager
     def accumulate(self, *models: nn.Module) -> Iterator[None]:
-        """One micro-batch: decides `sync_gradients` and skips DDP's all-reduce when not syncing
-        (unless GradientAccumulationPlugin(sync_each_batch=True), which all-reduces every micro-batch)."""
+        """One micro-batch of gradient accumulation: wrap each training step in it.
+
+        Decides `sync_gradients` (True every `gradient_accumulation_steps` micro-batches, and on the
+        last batch of a prepared dataloader's epoch) and, on a micro-batch that does not sync, skips
+        DDP's gradient all-reduce for `models` (unless `GradientAccumulationPlugin(sync_each_batch=True)`,
+        which all-reduces every micro-batch). A prepared optimizer steps, and a prepared scheduler
+        advances, only on a micro-batch that syncs, so the loop calls them every time.
+
+        Args:
+            *models: The prepared models whose gradient all-reduce is skipped between syncs
+                (none: every micro-batch all-reduces in several processes).
+
+        Example:
+            ```python
+            accelerator = Accelerator(gradient_accumulation_steps=4)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for x, y in loader:
+                with accelerator.accumulate(model):
+                    accelerator.backward(loss_fn(model(x), y))
+                    optimizer.step()  # steps on every 4th micro-batch only
+                    optimizer.zero_grad()
+            ```
+        """
         if self.gradient_state.advance() or self.gradient_accumulation_plugin.sync_each_batch:
             yield
             return
@@ -297,7 +482,15 @@ class Accelerator(
             yield
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Unscale the gradients of `optimizer` (default: every prepared one), once per step."""
+        """Divide the gradients by the loss scale now (fp16), to inspect or change them before the step.
+
+        Done at most once per optimizer step (`clip_grad_norm_` and the step itself do not repeat
+        it); nothing happens in precisions that do not scale the loss.
+
+        Args:
+            optimizer: The prepared optimizer (or the optimizer it wraps) whose gradients to
+                unscale; None: every prepared one.
+        """
         for wrapped in self.prepared.optimizers:
             if optimizer is None or optimizer is wrapped or optimizer is wrapped.optimizer:
                 wrapped.unscale_gradients()
@@ -305,10 +498,29 @@ class Accelerator(
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor | None:
-        """Clip the gradients' total norm (after unscaling); returns that norm.
+        """Clip the gradients' total norm, in place of `torch.nn.utils.clip_grad_norm_`.
 
-        On a micro-batch that does not sync (inside gradient accumulation) the gradients are
-        partial sums: nothing is clipped and None is returned.
+        Unscales the gradients first (fp16) and computes the norm the strategy's way (over every
+        shard under FSDP2, FP8 gradients included). On a micro-batch that does not sync (inside
+        gradient accumulation) the gradients are partial sums: nothing is clipped and None is
+        returned (Accelerate clips them anyway).
+
+        Args:
+            parameters: The parameters (or one tensor) whose gradients to clip, usually
+                `model.parameters()` of a prepared model.
+            max_norm: The largest total norm allowed.
+            norm_type: The p of the p-norm (`float("inf")` for the largest value); default 2.
+
+        Returns:
+            The total norm before clipping (one tensor), or None on a micro-batch that does not sync.
+
+        Example:
+            ```python
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                accelerator.clip_grad_norm_(model.parameters(), max_norm=1.0)
+            optimizer.step()
+            ```
         """
         if not self.gradient_state.sync_gradients:
             return None
@@ -316,25 +528,55 @@ class Accelerator(
         return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor] | torch.Tensor, clip_value: float) -> None:
-        """Clip each gradient to [-clip_value, clip_value] (after unscaling), on sync micro-batches."""
+        """Clip each gradient to [-clip_value, clip_value], in place of `torch.nn.utils.clip_grad_value_`.
+
+        Unscales first (fp16); on a micro-batch that does not sync, does nothing.
+
+        Args:
+            parameters: The parameters (or one tensor) whose gradients to clip.
+            clip_value: The largest absolute value a gradient element keeps.
+        """
         if not self.gradient_state.sync_gradients:
             return
         self.unscale_gradients()
         nn.utils.clip_grad_value_(parameters, clip_value)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A loader that skips the first `num_batches` of its next epoch (to resume mid-epoch)."""
+        """A dataloader that skips the first `num_batches` batches of its next epoch, to resume mid-epoch.
+
+        Args:
+            dataloader: A prepared dataloader (or a plain one).
+            num_batches: How many batches to skip (those already trained on before the checkpoint).
+
+        Returns:
+            The dataloader to iterate for the rest of this epoch; later epochs start at the beginning.
+        """
         return skip_first_batches(dataloader, num_batches)
 
     def free_memory(self, *objects: Any) -> list[None]:
-        """Forget every prepared object (so they can be freed), collect garbage, empty the device
-        cache; returns a None per object given, for `a, b = accelerator.free_memory(a, b)`."""
+        """Forget every prepared object (so they can be freed), collect garbage, empty the device cache.
+
+        Also resets the accumulation step count. Used between trials (say by `find_executable_batch_size`).
+
+        Args:
+            *objects: References the caller holds, to be dropped: write `a, b = accelerator.free_memory(a, b)`.
+
+        Returns:
+            A None per object given.
+        """
         self.prepared.forget_training_objects()
         self.gradient_state.step = 0
         return release_memory(*objects)
 
     def clear(self, *objects: Any) -> list[None]:
-        """The same as `free_memory` (Accelerate's alias)."""
+        """The same as `free_memory` (Accelerate's alias).
+
+        Args:
+            *objects: References the caller holds, to be dropped.
+
+        Returns:
+            A None per object given.
+        """
         return self.free_memory(*objects)
 
     def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
@@ -345,7 +587,17 @@ class Accelerator(
         afterwards with `load_state`. None (default): on the meta device on every process but 0 under
         FSDP2's cpu_ram_efficient_loading (process 0's weights fill the shards at prepare), else real.
 
-        Example: `with accelerator.init_module(empty_init=True): model = MyModel()`.
+        Args:
+            empty_init: True: parameters on the meta device; False: real parameters; None: as above.
+
+        Returns:
+            A context manager; build the model inside it.
+
+        Example:
+            ```python
+            with accelerator.init_module(empty_init=True):
+                model = MyModel()
+            ```
         """
         check_optional_bool("init_module(empty_init)", empty_init)
         stack = contextlib.ExitStack()

@@ -33,12 +33,47 @@ class FilesMixin:
     project_configuration: checkpointing.ProjectConfiguration
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True) -> nn.Module:
-        """The user's model without DDP (and, if asked, without the precision's forward wrapper)."""
+        """The user's model from a prepared one: without DDP (or DeepSpeed's engine), and, if asked,
+        without torch.compile or the precision's forward wrapper.
+
+        Under FSDP2 the model is sharded in place, so it is given back as it is (its parameters are
+        shards; `get_state_dict` gathers full weights).
+
+        Args:
+            model: A prepared model.
+            keep_fp32_wrapper: False removes the precision's forward wrapper (the autocast around
+                the forward of fp16/bf16 mixed) from the model itself; True (default) keeps it.
+            keep_torch_compile: True (default): a compiled model is given back compiled (around the
+                model inside DDP when prepare compiled over DDP); False: the model inside.
+
+        Returns:
+            Your model.
+
+        Example:
+            ```python
+            model = accelerator.prepare(model)
+            plain = accelerator.unwrap_model(model)  # your nn.Module: no DDP "module." prefix, your own attributes
+            torch.save(plain.state_dict(), "weights.pt")
+            ```
+        """
         return model_utils.unwrap_model(model, keep_fp32_wrapper=keep_fp32_wrapper, keep_torch_compile=keep_torch_compile)
 
     def get_state_dict(self, model: nn.Module, unwrap: bool = True, dequantize: bool = False) -> dict[str, torch.Tensor]:
-        """The model's weights under their original names, in high precision; layers quantized by
-        BitsandbytesKwargs as stored (with their quant state), or plain weights with `dequantize=True`."""
+        """The model's weights under their original names, in high precision.
+
+        Under FSDP2 the shards are gathered: every process must call it, and the main process gets
+        the full weights. Weights offloaded by Accelerate's big-model dispatch are read back.
+
+        Args:
+            model: A prepared (or plain) model.
+            unwrap: True (default) unwraps the model first (`unwrap_model`, without torch.compile),
+                so the names are your model's own.
+            dequantize: For layers quantized by `BitsandbytesKwargs`: False (default) gives them as
+                stored (packed, with their quant state); True gives plain weights.
+
+        Returns:
+            A state dict of tensors.
+        """
         if unwrap:
             model = self.unwrap_model(model, keep_torch_compile=False)
         if dequantize and self.quantizer is not None:
@@ -65,7 +100,17 @@ class FilesMixin:
         `model.safetensors`, or shards of at most `max_shard_size` with `model.safetensors.index.json`
         (what transformers and Accelerate read). `safe_serialization=False` writes
         `pytorch_model.bin` (or its shards and index) holding plain tensors only, so that
-        `torch.load(path, weights_only=True)` reads it. Tied weights are written once.
+        `torch.load(path, weights_only=True)` reads it. Tied weights are written once. Every process
+        must call it (sharded weights are gathered first).
+
+        Args:
+            model: A prepared (or plain) model.
+            save_directory: The folder to write into (created if missing; a file there raises).
+            max_shard_size: The largest shard, in bytes or as a size string (`"10GB"`, `"500MB"`).
+            safe_serialization: True (default): safetensors; False: `pytorch_model.bin`.
+
+        Returns:
+            The files written (on the main process; an empty list elsewhere).
         """
         limit = parse_size("save_model(max_shard_size)", max_shard_size)
         directory = _folder("save_model(save_directory)", save_directory)
@@ -78,8 +123,13 @@ class FilesMixin:
         return write_model_files(state_dict, directory, limit, bool(safe_serialization))
 
     def save(self, obj: Any, f: str | Path, safe_serialization: bool = False) -> None:
-        """Save `obj` to `f` on the main process only (Accelerate's `save`): torch.save, or with
-        `safe_serialization=True` a safetensors file (then `obj` must be a dict of tensors)."""
+        """Save `obj` to `f` on the main process only (Accelerate's `save`).
+
+        Args:
+            obj: What to save (with `safe_serialization=True`, a dict of tensors).
+            f: The file path.
+            safe_serialization: False (default): `torch.save`; True: a safetensors file.
+        """
         if self.is_main_process:
             write_object(obj, f, safe_serialization)
 
@@ -99,6 +149,28 @@ class FilesMixin:
         Checkpoints are always safetensors plus weights-only tensors: with `safe_serialization=False`
         a warning says so and the checkpoint is written the same way; Accelerate's
         `save_model_func_kwargs`, which accel has no use for, are refused.
+
+        A checkpoint holds every prepared model, optimizer, scheduler and dataloader position, the
+        precision's state (fp16's loss scale), each process's random states and the objects given to
+        `register_for_checkpointing`. Every process must call it.
+
+        Args:
+            output_dir: The folder to write; None: the next automatic checkpoint under `project_dir`
+                (raises without a project_dir or with `automatic_checkpoint_naming=False`).
+            safe_serialization: Accepted for Accelerate's signature; anything but True warns (see above).
+            async_save: True writes in the background, False now; None: the project configuration's
+                `async_save` (`ACCEL_ASYNC_SAVE`, else False).
+            **save_model_func_kwargs: Accelerate's options for writing the model; refused with ValueError.
+
+        Returns:
+            The checkpoint's folder.
+
+        Example:
+            ```python
+            accelerator = Accelerator(project_dir="runs/demo")
+            model, optimizer = accelerator.prepare(model, optimizer)
+            folder = accelerator.save_state()  # runs/demo/checkpoints/checkpoint_0
+            ```
         """
         if save_model_func_kwargs:
             raise ValueError(
@@ -123,6 +195,24 @@ class FilesMixin:
         Without `input_dir`, loads the newest complete checkpoint under `project_dir/checkpoints`.
         Accelerate's `load_kwargs` (for torch.load) and `load_model_func_kwargs` are refused when
         given: accel reads weights-only files onto each object's own device.
+
+        Prepare (and register) the same objects, in the same order, as when saving; every process
+        must call it. Training then continues exactly where it stopped (docs/checkpoints.md).
+
+        Args:
+            input_dir: The checkpoint folder; None: the newest complete one under `project_dir`.
+            load_kwargs: Accelerate's options for torch.load; refused with ValueError when given.
+            **load_model_func_kwargs: Accelerate's options for loading the model; refused with ValueError.
+
+        Returns:
+            The checkpoint's folder.
+
+        Example:
+            ```python
+            accelerator = Accelerator(project_dir="runs/demo")
+            model, optimizer = accelerator.prepare(model, optimizer)
+            accelerator.load_state()  # the newest checkpoint under runs/demo/checkpoints
+            ```
         """
         given = {**({"load_kwargs": load_kwargs} if load_kwargs else {}), **load_model_func_kwargs}
         if given:
@@ -133,14 +223,25 @@ class FilesMixin:
         return checkpointing.load_state(self, input_dir)  # type: ignore[arg-type]  # self: the Accelerator, a CheckpointHost
 
     def register_for_checkpointing(self, *objects: Any) -> None:
-        """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore."""
+        """Add objects with `state_dict()`/`load_state_dict()` to what checkpoints save and restore.
+
+        Args:
+            *objects: Objects of the script's own (an EMA model, a progress counter...); one without
+                both methods raises.
+        """
         self.prepared.registered.extend(checkpointing.check_registrable(objects))
 
     def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
         """Call `hook(models, weights, output_dir)` before each checkpoint is written (main process).
 
         A hook may save models itself into `output_dir` and remove their entries from `weights`,
-        so that accel does not write them. Returns a handle whose `remove()` unregisters it.
+        so that accel does not write them.
+
+        Args:
+            hook: A function `hook(models, weights, output_dir)`.
+
+        Returns:
+            A handle whose `remove()` unregisters it.
         """
         return _register(self.prepared.save_hooks, hook, "register_save_state_pre_hook")
 
@@ -148,7 +249,12 @@ class FilesMixin:
         """Call `hook(models, input_dir)` before each checkpoint is restored (every process).
 
         A hook may load models itself and remove them from `models`, so that accel does not.
-        Returns a handle whose `remove()` unregisters it.
+
+        Args:
+            hook: A function `hook(models, input_dir)`.
+
+        Returns:
+            A handle whose `remove()` unregisters it.
         """
         return _register(self.prepared.load_hooks, hook, "register_load_state_pre_hook")
 

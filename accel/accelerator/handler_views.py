@@ -95,11 +95,20 @@ class HandlerViewsMixin:
     precision: PrecisionBackend
 
     ddp_handler = _HandlerOf(DistributedDataParallelKwargs)
+    """The DistributedDataParallelKwargs given (or from `accel launch`), else None; read-only."""
     scaler_handler = _HandlerOf(GradScalerKwargs)
+    """The GradScalerKwargs given, else None; read-only."""
     init_handler = _HandlerOf(InitProcessGroupKwargs)
+    """The InitProcessGroupKwargs given, else None; read-only."""
     autocast_handler = _HandlerOf(AutocastKwargs)
+    """The AutocastKwargs given, else None; read-only."""
     profile_handler = _HandlerOf(ProfileKwargs)
+    """The ProfileKwargs given, else None; read-only."""
     fp8_recipe_handler = _RecipeOf("")
+    """The FP8RecipeKwargs in effect where mixed_precision is fp8 (given, from `accel launch`, or the defaults), else None."""
     te_recipe_handler = _RecipeOf("te")
+    """That FP8 recipe where TransformerEngine runs FP8, else None."""
     ao_recipe_handler = _RecipeOf("ao")
+    """That FP8 recipe where torchao runs FP8, else None."""
     msamp_recipe_handler = _RecipeOf("msamp")
+    """That FP8 recipe where MS-AMP runs FP8, else None."""

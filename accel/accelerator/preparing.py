@@ -63,10 +63,30 @@ class PrepareMixin:
     def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
         """Prepare models, optimizers, schedulers and dataloaders, given in any order.
 
-        Returns the prepared objects in the order given (one object: that object itself);
-        objects of other types pass through unchanged. `device_placement`, one bool per object,
-        overrides the Accelerator's for each. After `AcceleratorState._reset_state()` with no new
-        Accelerator it raises AttributeError, naming the reset, as Accelerate's.
+        Each model is moved to the device, converted for the precision (FP8 layers, quantized layers,
+        activation checkpointing) and wrapped by the strategy (DDP, FSDP2, tensor parallelism) and
+        torch.compile when asked; each optimizer steps through the precision (loss scaling, skipped
+        fp16 steps) and honours accumulation; each scheduler steps with its optimizer; each dataloader
+        gives this process its batches, on the device. Objects of other types pass through unchanged.
+        Everything prepared is recorded, in order, for `save_state`. Under DeepSpeed the model, its
+        optimizer and scheduler are prepared together into one engine: pass them in one call.
+        After `AcceleratorState._reset_state()` with no new Accelerator it raises AttributeError,
+        naming the reset, as Accelerate's.
+
+        Args:
+            *objects: Models (`nn.Module`), optimizers, learning-rate schedulers and dataloaders, in
+                any order and number.
+            device_placement: One bool per object, overriding the Accelerator's `device_placement`
+                for each; None: the Accelerator's for all.
+
+        Returns:
+            The prepared objects in the order given, as a tuple (one object: that object itself).
+
+        Example:
+            ```python
+            accelerator = Accelerator(mixed_precision="bf16")
+            model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+            ```
         """
         self.state.check_not_reset()
         placements = options.placements(device_placement, len(objects))
@@ -102,8 +122,18 @@ class PrepareMixin:
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False) -> nn.Module:
         """Move `model` to the device and convert it for the precision (and wrap it for DDP).
 
-        `device_placement` overrides the Accelerator's for this model. `evaluation_mode=True`
-        prepares a model only run forward: converted and placed, not wrapped for DDP.
+        A model prepared already is given back as it is.
+
+        Args:
+            model: The model to prepare.
+            device_placement: Overrides the Accelerator's `device_placement` for this model; None: the
+                Accelerator's.
+            evaluation_mode: True prepares a model only run forward: converted and placed, not wrapped
+                for DDP/FSDP2, without activation checkpointing, and not watched by the throughput
+                monitor.
+
+        Returns:
+            The prepared model (a wrapper under DDP or torch.compile; `unwrap_model` gives yours back).
         """
         if any(model is prepared for prepared in self.prepared.models):
             return model
@@ -134,9 +164,16 @@ class PrepareMixin:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None) -> AcceleratedOptimizer:
         """Wrap `optimizer` so that it steps through the precision and honours accumulation.
 
-        The same optimizer prepared twice (in one call or two) gets the same wrapper. The
-        optimizer's state lives with its parameters: `device_placement` is accepted for
-        Accelerate's signature and has nothing to move.
+        The same optimizer prepared twice (in one call or two) gets the same wrapper. Raises under
+        DeepSpeed (its engine builds the model and optimizer together: use `prepare`).
+
+        Args:
+            optimizer: The optimizer to wrap.
+            device_placement: Accepted for Accelerate's signature; the optimizer's state lives with
+                its parameters, so there is nothing to move.
+
+        Returns:
+            An `AcceleratedOptimizer` sharing `param_groups` and `state` with `optimizer`.
         """
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
@@ -157,8 +194,15 @@ class PrepareMixin:
     def prepare_scheduler(self, scheduler: LRScheduler, device_placement: bool | None = None) -> AcceleratedScheduler:
         """Wrap `scheduler` so that it steps as under Accelerate: once per process for each optimizer step that
         really happened (once under split_batches), or once per optimizer step with
-        `Accelerator(scheduler_per_optimizer_step=True)` (accel/training/scheduler.py). `device_placement` is
-        accepted for symmetry: a scheduler has nothing to place.
+        `Accelerator(scheduler_per_optimizer_step=True)` (accel/training/scheduler.py). A scheduler over an
+        optimizer that was not prepared waits on all the prepared ones, as in Accelerate.
+
+        Args:
+            scheduler: The learning-rate scheduler (over a prepared optimizer, or the optimizer it wraps).
+            device_placement: Accepted for symmetry: a scheduler has nothing to place.
+
+        Returns:
+            An `AcceleratedScheduler`.
 
         Example: `scheduler = accelerator.prepare_scheduler(LambdaLR(optimizer, lambda s: 1 - s / total))`.
         """
@@ -181,8 +225,20 @@ class PrepareMixin:
         self, data_loader: DataLoader[Any], device_placement: bool | None = None, slice_fn_for_dispatch: Any = None
     ) -> PreparedDataLoader:
         """Wrap `data_loader` so that its batches land on the device (and each process gets its own part).
-        `slice_fn_for_dispatch`: with dispatched batches, how a process's part is cut from each batch
-        (`slice_fn(batch, slice, process_index=..., num_processes=...)`, Accelerate's argument)."""
+
+        How the data is split follows the Accelerator's `dataloader_config` (`split_batches`,
+        `even_batches`, ...). A loader prepared already is given back as it is.
+
+        Args:
+            data_loader: A torch `DataLoader`.
+            device_placement: Overrides the Accelerator's `device_placement` for its batches; None:
+                the Accelerator's.
+            slice_fn_for_dispatch: With dispatched batches, how a process's part is cut from each batch
+                (`slice_fn(batch, slice, process_index=..., num_processes=...)`, Accelerate's argument).
+
+        Returns:
+            A `PreparedDataLoader`.
+        """
         if isinstance(data_loader, PreparedDataLoader):  # prepared already: given back (Accelerate's meaning)
             if not any(d is data_loader for d in self.prepared.dataloaders):
                 self.prepared.dataloaders.append(data_loader)

@@ -32,12 +32,25 @@ class SyncMixin:
     _trigger: torch.Tensor | None
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
-        """Skip DDP's gradient all-reduce (FSDP's reduce-scatter) inside the block (nothing to skip in one process)."""
+        """Skip DDP's gradient all-reduce (FSDP's reduce-scatter) inside the block (nothing to skip in one process).
+
+        `accumulate` does this for you; use `no_sync` to decide yourself which micro-batches sync.
+
+        Args:
+            model: A prepared model (compiled or not).
+
+        Returns:
+            A context manager.
+        """
         return self.strategy.no_sync(_uncompiled(model))
 
     @contextlib.contextmanager
     def trigger_sync_in_backward(self, model: nn.Module) -> Iterator[None]:
-        """Make the next backward of `model` all-reduce its gradients even inside `no_sync`/`accumulate`."""
+        """Make the next backward of `model` all-reduce its gradients even inside `no_sync`/`accumulate`.
+
+        Args:
+            model: A prepared model; only a DDP-wrapped one has anything to do (elsewhere a no-op).
+        """
         model = _uncompiled(model)
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             yield
@@ -57,6 +70,12 @@ class SyncMixin:
         `joinables` are the prepared DDP models (and optimizers that are Joinable); in one process
         this does nothing. `even_batches` overrides the prepared dataloaders' setting inside the
         block (False: no sample is repeated to even out the processes' batches).
+
+        Args:
+            joinables: The prepared models (and Joinable optimizers); anything not torch `Joinable`
+                raises TypeError in several processes.
+            even_batches: Overrides the prepared dataloaders' `even_batches` inside the block; None
+                leaves it.
         """
         with contextlib.ExitStack() as stack:
             if even_batches is not None:
@@ -78,7 +97,15 @@ class SyncMixin:
         """torch.profiler over the block, with the options of `profile_handler` (else the
         ProfileKwargs given to the Accelerator); each process writes its Chrome trace to
         `output_trace_dir/profile_<process>.json` (Accelerate's name) when one is set, and the
-        processes then wait for each other, so that every trace exists when the block is left."""
+        processes then wait for each other, so that every trace exists when the block is left.
+
+        Args:
+            profile_handler: The profiler's options for this block; None: the Accelerator's
+                `ProfileKwargs`, else the defaults.
+
+        Returns:
+            A context manager yielding the `torch.profiler.profile`.
+        """
         options = profile_handler if profile_handler is not None else self.handlers.get(ProfileKwargs)
         with options.build(self.process_state.device) as profiler:
             yield profiler

@@ -69,8 +69,16 @@ class TrackingMixin:
         init_kwargs: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """Start a run named `project_name` in every tracker of `log_with`, recording `config` as its
-        hyperparameters. `init_kwargs` maps a tracker name to keyword arguments for its constructor,
-        e.g. `{"wandb": {"tags": ["baseline"]}}`."""
+        hyperparameters (main process only; elsewhere it checks its arguments and returns).
+
+        Raises RuntimeError when the trackers are running already (`end_training` closes them).
+
+        Args:
+            project_name: The run's (or project's) name, a non-empty str.
+            config: Hyperparameters to record with the run.
+            init_kwargs: Maps a tracker name to keyword arguments for its constructor, e.g.
+                `{"wandb": {"tags": ["baseline"]}}`; a name not in `log_with` raises.
+        """
         options = check_tracker_kwargs("init_kwargs", init_kwargs, self.log_with)
         if not isinstance(project_name, (str, os.PathLike)) or not str(project_name):
             raise TypeError(f"init_trackers(project_name={project_name!r}): give the run's name as a non-empty str.")
@@ -92,14 +100,25 @@ class TrackingMixin:
     def log(
         self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, dict[str, Any]] | None = None
     ) -> None:
-        """Log `values` to every tracker at `step` (main process only). `log_kwargs` maps a tracker
-        name to extra keyword arguments for its `log`.
+        """Log `values` to every tracker at `step` (main process only; elsewhere it does nothing).
 
         Without `log_with` the values go nowhere (as in Accelerate), and the first call warns once.
+        With trackers asked for but not started (before `init_trackers`, or after `end_training`),
+        it raises RuntimeError rather than lose the values.
 
-        >>> accelerator = Accelerator(log_with="tensorboard", project_dir="runs")  # doctest: +SKIP
-        >>> accelerator.init_trackers("demo")  # doctest: +SKIP
-        >>> accelerator.log({"loss": 0.25}, step=10)  # doctest: +SKIP
+        Args:
+            values: Names to numbers (or what the trackers accept: strings, images...).
+            step: The step to log at; None: each tracker's own count.
+            log_kwargs: Maps a tracker name to extra keyword arguments for its `log`, e.g.
+                `{"wandb": {"commit": False}}`.
+
+        Example:
+            ```python
+            accelerator = Accelerator(log_with="tensorboard", project_dir="runs")
+            accelerator.init_trackers("demo", config={"lr": 1e-3})
+            accelerator.log({"loss": 0.25}, step=10)
+            accelerator.end_training()
+            ```
         """
         if not self.is_main_process:
             return
@@ -122,11 +141,18 @@ class TrackingMixin:
             tracker.log(values, step=step, **extra)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The running tracker called `name` (its library object with `unwrap=True`).
+        """The running tracker called `name`.
 
         As in Accelerate: with no tracker running (before `init_trackers`, or on a process other
         than the main one), a blank `GeneralTracker` whose methods do nothing, so code calling it
         runs everywhere; a name not among the running trackers raises ValueError.
+
+        Args:
+            name: The tracker's name (`"tensorboard"`, `"wandb"`, ...).
+            unwrap: True gives the library's own object (a SummaryWriter, a wandb run...).
+
+        Returns:
+            The tracker, its library object, or a blank tracker.
         """
         if not self._trackers:
             return GeneralTracker(_blank=True)

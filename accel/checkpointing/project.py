@@ -51,7 +51,11 @@ class ProjectConfiguration:
         self.set_directories(self.project_dir)
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
-        """Set `project_dir`, and `logging_dir` to it when no logging_dir was given (Accelerate's method)."""
+        """Set `project_dir`, and `logging_dir` to it when no logging_dir was given (Accelerate's method).
+
+        Args:
+            project_dir: The project's folder (a str or path, stored as a str), or None.
+        """
         self.project_dir = project_dir  # type: ignore[assignment]  # __setattr__ checks it and stores a str
         if self.logging_dir is None:
             self.logging_dir = self.project_dir

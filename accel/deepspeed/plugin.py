@@ -45,12 +45,16 @@ class DeepSpeedPlugin:
     offload_param_device: str | None = None
     """'none', 'cpu' or 'nvme': where the parameters live between uses (ZeRO 3 only)."""
     offload_optimizer_nvme_path: str | None = None
+    """A folder on an NVMe drive for the optimizer states; required with offload_optimizer_device='nvme'."""
     offload_param_nvme_path: str | None = None
+    """A folder on an NVMe drive for the parameters; required with offload_param_device='nvme'."""
     zero3_init_flag: bool | None = None
     """Build transformers models partitioned (deepspeed.zero.Init); ZeRO 3 only."""
     zero3_save_16bit_model: bool | None = None
     """Under ZeRO 3, gather the full 16-bit weights on save (needed by save_model and get_state_dict)."""
     transformer_moe_cls_names: str | None = None
+    """Accelerate's mixture-of-experts block names (ZeRO 3 leaf modules): accepted and not used, accel marks no
+    leaf modules."""
     deepspeed_config: dict[str, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,11 +92,19 @@ class DeepSpeedPlugin:
 
     # ----------------------------------------------------------------- Accelerate's helpers
     def is_auto(self, ds_key_long: str) -> bool:
-        """Whether the config's value at a dotted key ('zero_optimization.stage') is "auto"."""
+        """Whether the config's value at a dotted key ('zero_optimization.stage') is "auto".
+
+        Args:
+            ds_key_long: The dotted key.
+        """
         return self.get_value(ds_key_long) == AUTO
 
     def get_value(self, ds_key_long: str, default: Any = None) -> Any:
         """The config's value at a dotted key, or `default`.
+
+        Args:
+            ds_key_long: The dotted key, e.g. `"zero_optimization.stage"`.
+            default: What to return when the key is missing.
 
         Example: `plugin.get_value("zero_optimization.stage")` -> 2.
         """
@@ -104,11 +116,17 @@ class DeepSpeedPlugin:
         return node
 
     def is_zero3_init_enabled(self) -> bool:
+        """Whether transformers models are built partitioned (`zero3_init_flag`), Accelerate's method."""
         return bool(self.zero3_init_flag)
 
     def set_deepspeed_weakref(self, precision_sections: dict[str, Any] | None = None) -> None:
         """With zero3_init_flag: tell transformers (its HfDeepSpeedConfig) to build models partitioned under
-        deepspeed.zero.Init, in the engine's precision (`precision_sections`), as Accelerate does."""
+        deepspeed.zero.Init, in the engine's precision (`precision_sections`), as Accelerate does.
+
+        Args:
+            precision_sections: The DeepSpeed config sections that set the precision (`{"bf16": {...}}`),
+                merged over the plugin's config.
+        """
         if not self.zero3_init_flag:
             return
         try:

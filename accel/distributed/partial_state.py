@@ -69,8 +69,16 @@ def current_process_state(cpu: bool = False, **group_options: Any) -> ProcessSta
 class PartialState:
     """Where this process stands among the processes of the run, and helpers to coordinate them.
 
-    `PartialState(cpu=False, **kwargs)`: `kwargs` are InitProcessGroupKwargs fields, as in
-    Accelerate (`PartialState(**InitProcessGroupKwargs(...).to_kwargs())`).
+    Reads torchrun's environment (one process without it) and joins the process group, or reuses the
+    one that runs; no state is shared between instances beyond that group (see the module docstring
+    for what differs from Accelerate's singleton).
+
+    Args:
+        cpu: True puts this process on the CPU (as do `ACCEL_USE_CPU` and a running CPU-only, gloo,
+            process group); False: the first accelerator, else the CPU.
+        **kwargs: InitProcessGroupKwargs fields (`backend`, `init_method`, `timeout`), used when this
+            call creates the process group, as in Accelerate
+            (`PartialState(**InitProcessGroupKwargs(...).to_kwargs())`).
     """
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
@@ -79,7 +87,11 @@ class PartialState:
 
     @classmethod
     def of(cls, process: ProcessState) -> PartialState:
-        """The state for a ProcessState already made (an Accelerator's), reading nothing else."""
+        """The state for a ProcessState already made (an Accelerator's), reading nothing else.
+
+        Args:
+            process: The ProcessState to wrap.
+        """
         state = cls.__new__(cls)
         state._process = process
         _register(state)
@@ -98,14 +110,17 @@ class PartialState:
 
     @property
     def process_index(self) -> int:
+        """This process's index among all processes (torchrun's RANK; 0 in one process)."""
         return self._process.process_index
 
     @property
     def local_process_index(self) -> int:
+        """This process's index on its machine (torchrun's LOCAL_RANK; 0 in one process)."""
         return self._process.local_process_index
 
     @property
     def num_processes(self) -> int:
+        """How many processes run together (torchrun's WORLD_SIZE; 1 without a launcher)."""
         return self._process.num_processes
 
     @property
@@ -145,14 +160,17 @@ class PartialState:
 
     @property
     def is_main_process(self) -> bool:
+        """True on process 0 of the whole run."""
         return self._process.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
+        """True on each machine's first process (local index 0)."""
         return self._process.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
+        """True on the process with the highest index (the only one in one process)."""
         return self._process.is_last_process
 
     @property
@@ -189,41 +207,80 @@ class PartialState:
     def split_between_processes(
         self, inputs: Any, apply_padding: bool = False
     ) -> contextlib.AbstractContextManager[Any]:
-        """Context manager yielding this process's share of a list, tuple, tensor or dict (see splitting.py)."""
+        """Context manager yielding this process's share of a list, tuple, tensor or dict (see splitting.py).
+
+        Shares are contiguous and differ in size by at most one.
+
+        Args:
+            inputs: A list, tuple, tensor (split along its first dimension), or a dict of them (each value split).
+            apply_padding: True repeats the last element so that every share has the same size.
+        """
         return splitting.split_between_processes(inputs, self._process, apply_padding)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """print() on each machine's first process only (Accelerate's PartialState.print)."""
+        """print() on each machine's first process only (Accelerate's PartialState.print; `Accelerator.print`
+        prints on the main process only).
+
+        Args:
+            *args: What to print, as for print().
+            **kwargs: print()'s keywords (`sep`, `end`, `file`, `flush`).
+        """
         if self.is_local_main_process:
             print(*args, **kwargs)
 
     # ------------------------------------------------------------------ decorators
     def on_main_process(self, function: Callable[..., Any] | None = None) -> Any:
-        """Decorator: `function` runs on the main process only; elsewhere a call returns None."""
+        """Decorator: `function` runs on the main process only; elsewhere a call returns None.
+
+        Args:
+            function: The function to decorate.
+        """
         return run_where(function, self.is_main_process)
 
     def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
-        """Decorator: `function` runs on each machine's first process only."""
+        """Decorator: `function` runs on each machine's first process only (elsewhere a call returns None).
+
+        Args:
+            function: The function to decorate.
+        """
         return run_where(function, self.is_local_main_process)
 
     def on_last_process(self, function: Callable[..., Any] | None = None) -> Any:
-        """Decorator: `function` runs on the last process only."""
+        """Decorator: `function` runs on the last process only (elsewhere a call returns None).
+
+        Args:
+            function: The function to decorate.
+        """
         return run_where(function, self.is_last_process)
 
     def on_process(self, function: Callable[..., Any] | None = None, process_index: int | None = None) -> Any:
-        """Decorator (`@state.on_process(process_index=2)`): `function` runs on that process only."""
+        """Decorator (`@state.on_process(process_index=2)`): `function` runs on that process only.
+
+        Args:
+            function: The function to decorate (None when used as `@state.on_process(process_index=...)`).
+            process_index: The index of the process that runs it.
+        """
         return run_where(function, self.process_index == _index("process_index", process_index))
 
     def on_local_process(
         self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
     ) -> Any:
-        """Decorator: `function` runs on the process of that local index on each machine."""
+        """Decorator: `function` runs on the process of that local index on each machine.
+
+        Args:
+            function: The function to decorate (None when used as `@state.on_local_process(local_process_index=...)`).
+            local_process_index: The local index of the process that runs it on each machine.
+        """
         here = self.local_process_index == _index("local_process_index", local_process_index)
         return run_where(function, here)
 
     # ------------------------------------------------------------------ Accelerate's housekeeping
     def destroy_process_group(self, group: Any = None) -> None:
-        """Destroy `group`, or the process group accel created when None (Accelerate's method)."""
+        """Destroy `group`, or the process group accel created when None (Accelerate's method).
+
+        Args:
+            group: A torch.distributed process group; None: accel's.
+        """
         from accel.distributed import process_group as distributed
 
         if group is not None:
@@ -276,10 +333,14 @@ class PartialState:
 class AcceleratorState(PartialState):
     """PartialState plus the precision (see the module docstring for what differs from Accelerate).
 
-    `AcceleratorState(mixed_precision=None, cpu=False, **kwargs)`: the precision is resolved like
-    the Accelerator's (`$ACCEL_MIXED_PRECISION` when None, both vocabularies accepted) and
-    `mixed_precision` reports accel's canonical name. `accelerator.state` is the state of that
-    Accelerator, with its precision.
+    `accelerator.state` is the state of that Accelerator, with its precision and plugins; an
+    `AcceleratorState()` built directly knows only its arguments and the environment.
+
+    Args:
+        mixed_precision: Resolved like the Accelerator's (accel's and Lightning's spellings); None:
+            `ACCEL_MIXED_PRECISION`, else "no". `mixed_precision` reports accel's canonical name.
+        cpu: True puts this process on the CPU (see PartialState).
+        **kwargs: InitProcessGroupKwargs fields, as for PartialState.
     """
 
     deepspeed_plugin: Any = None
@@ -287,6 +348,7 @@ class AcceleratorState(PartialState):
     fsdp_plugin: Any = None
     """The FSDP plugin when the Accelerator shards with FSDP, else None."""
     dynamo_plugin: Any = None
+    """torch.compile's options in force (a TorchDynamoPlugin) in an Accelerator's state, else None."""
 
     def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
         from accel.backends.names import resolve_precision
@@ -300,8 +362,13 @@ class AcceleratorState(PartialState):
     def of(
         cls, process: ProcessState, mixed_precision: str = "no", **plugins: Any
     ) -> AcceleratorState:
-        """The state of an Accelerator: its ProcessState, its canonical precision, and plugins
-        (`fsdp_plugin=...`) set as attributes."""
+        """The state of an Accelerator: its ProcessState, its canonical precision, and plugins set as attributes.
+
+        Args:
+            process: The Accelerator's ProcessState.
+            mixed_precision: The canonical name of the precision that runs.
+            **plugins: Attributes to set (`fsdp_plugin=...`, `deepspeed_plugin=...`, `dynamo_plugin=...`).
+        """
         state = cls.__new__(cls)
         state._process = process
         state._mixed_precision = mixed_precision

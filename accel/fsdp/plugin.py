@@ -96,10 +96,15 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     sharding_strategy: Any = dataclasses.field(default=None, repr=False)
     """FSDP1's strategy: only 'HYBRID_SHARD' is accepted (HSDP over machines x processes per machine)."""
     backward_prefetch: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1 only, refused when given: FSDP2 prefetches the next unit's all-gather itself."""
     forward_prefetch: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1 only, refused when given: FSDP2 prefetches the next unit's all-gather itself."""
     limit_all_gathers: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1 only, refused when given: FSDP2 limits its all-gathers itself."""
     use_orig_params: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1 only, refused when given: FSDP2 always trains the original parameters (as DTensors)."""
     sync_module_states: Any = dataclasses.field(default=None, repr=False)
+    """FSDP1 only, refused when given: accel always sends process 0's weights to every process before sharding."""
 
     def __post_init__(self) -> None:
         _check_version(self.fsdp_version)
@@ -139,6 +144,12 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
         """A plugin from Accelerate's `fsdp_config:` keys (`fsdp_auto_wrap_policy`, ...).
 
         A key that is not one of CONFIG_KEYS raises, naming it and the closest key.
+
+        Args:
+            config: Accelerate's `fsdp_config:` mapping, as in its config.yaml.
+
+        Returns:
+            The plugin, every field checked.
         """
         fields = {}
         for key, value in config.items():

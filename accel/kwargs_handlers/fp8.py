@@ -106,7 +106,14 @@ class FP8RecipeKwargs(KwargsHandler):
         check_int("FP8RecipeKwargs.health_interval", self.health_interval, minimum=0)
 
     def with_fields(self, **fields: object) -> FP8RecipeKwargs:
-        """This recipe with `fields` set as if the caller had given them (they join `explicit_fields`)."""
+        """This recipe with `fields` set as if the caller had given them (they join `explicit_fields`).
+
+        Args:
+            **fields: Field names and values, checked as at construction.
+
+        Returns:
+            A new FP8RecipeKwargs (the handlers are frozen).
+        """
         given = {name: getattr(self, name) for name in self.explicit_fields}
         return FP8RecipeKwargs(**{**given, **fields})
 

@@ -24,11 +24,17 @@ class ProfileKwargs(KwargsHandler):
     schedule_option: Mapping[str, int] | None = None
     """torch.profiler.schedule's wait/warmup/active/repeat/skip_first; None records every step."""
     on_trace_ready: Callable[[Any], None] | None = None
+    """Called with the profiler each time a scheduled trace is ready (e.g. torch.profiler.tensorboard_trace_handler)."""
     record_shapes: bool = False
+    """Record the input shapes of each operator."""
     profile_memory: bool = False
+    """Record the memory each operator allocates and frees."""
     with_stack: bool = False
+    """Record the Python source location of each operator (larger traces)."""
     with_flops: bool = False
+    """Estimate the FLOPs of matrix multiplications and convolutions."""
     with_modules: bool = False
+    """Record the module hierarchy (the nn.Module names) each operator runs under."""
     output_trace_dir: str | None = None
     """Where each process writes its Chrome trace (`profile_<process>.json`, as Accelerate) when the block ends."""
 
@@ -43,7 +49,14 @@ class ProfileKwargs(KwargsHandler):
             raise ValueError(f"ProfileKwargs.schedule_option has unknown keys {unknown}; accepted: {_SCHEDULE_KEYS}.")
 
     def build(self, device: torch.device) -> torch.profiler.profile:
-        """The torch profiler these options describe, for a process training on `device`."""
+        """The torch profiler these options describe, for a process training on `device`.
+
+        Args:
+            device: The process's device: its type is profiled too when `activities` is None.
+
+        Returns:
+            A `torch.profiler.profile`, not started.
+        """
         import torch
 
         kinds = torch.profiler.ProfilerActivity

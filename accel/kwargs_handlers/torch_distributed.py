@@ -31,12 +31,19 @@ class DistributedDataParallelKwargs(KwargsHandler):
     registered on it (`comm_hook`, `comm_wrapper`, `comm_state_option`: see comm_hooks.py)."""
 
     dim: int = 0
+    """The batch dimension DDP scatters inputs along (torch's option; default 0)."""
     broadcast_buffers: bool = True
+    """Broadcast the model's buffers (BatchNorm statistics...) from process 0 at each forward."""
     bucket_cap_mb: float = 25
+    """The size, in MiB, of the gradient buckets DDP all-reduces together (a number > 0)."""
     find_unused_parameters: bool = False
+    """Look for parameters that got no gradient in each backward (needed when the forward skips some; slower)."""
     check_reduction: bool = False
+    """Passed on to DDP, which deprecates it (it warns and ignores it); kept for Accelerate's signature."""
     gradient_as_bucket_view: bool = False
+    """Make gradients views into DDP's buckets, which saves a copy and memory."""
     static_graph: bool = False
+    """Tell DDP the set of used parameters and the graph do not change between iterations (faster)."""
     comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
     """How gradient buckets are all-reduced: NO (float32), FP16, BF16, POWER_SGD, BATCHED_POWER_SGD."""
     comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
@@ -91,11 +98,19 @@ class DistributedDataParallelKwargs(KwargsHandler):
         return {k: v for k, v in self.to_kwargs().items() if k not in ("comm_hook", "comm_wrapper", "comm_state_option")}
 
     def check_backend(self, backend: str | None) -> None:
-        """Raise ValueError when the process group's `backend` cannot run the chosen hook (bf16 off nccl/xccl)."""
+        """Raise ValueError when the process group's `backend` cannot run the chosen hook (bf16 off nccl/xccl).
+
+        Args:
+            backend: The process group's backend (`"gloo"`, `"nccl"`, ...), None in one process.
+        """
         check_backend(self.comm_hook, self.comm_wrapper, backend)
 
     def register_comm_hook(self, model: Any) -> None:
-        """Register the communication hook (if any) on the DistributedDataParallel `model`."""
+        """Register the communication hook (if any) on the DistributedDataParallel `model`.
+
+        Args:
+            model: The DistributedDataParallel-wrapped model.
+        """
         register_comm_hook(model, self.comm_hook, self.comm_wrapper, self.comm_state_option)
 
 

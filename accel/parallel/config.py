@@ -134,22 +134,27 @@ class ParallelismConfig:
 
     @property
     def dp_replicate_enabled(self) -> bool:
+        """True when dp_replicate_size > 1: the model is replicated over that dimension (DDP, or HSDP's replicas)."""
         return self.sizes["dp_replicate"] > 1
 
     @property
     def dp_shard_enabled(self) -> bool:
+        """True when dp_shard_size > 1: FSDP2 shards the model over that dimension."""
         return self.sizes["dp_shard"] > 1
 
     @property
     def tp_enabled(self) -> bool:
+        """True when tp_size > 1: tensor parallelism."""
         return self.sizes["tp"] > 1
 
     @property
     def cp_enabled(self) -> bool:
+        """True when cp_size > 1 (context parallelism, which accel refuses at construction: always False)."""
         return self.sizes["cp"] > 1
 
     @property
     def sp_enabled(self) -> bool:
+        """True when sp_size > 1 (DeepSpeed's sequence parallelism, which accel refuses at construction: always False)."""
         return self.sizes["sp"] > 1
 
     @property
@@ -179,6 +184,7 @@ class ParallelismConfig:
 
     @property
     def active_mesh_dims(self) -> list[str]:
+        """The enabled dimensions: the data-parallel ones, then the others."""
         return self.dp_dim_names + self.non_dp_dim_names
 
     @property
@@ -206,13 +212,22 @@ class ParallelismConfig:
 
     # ----------------------------------------------------------------- the mesh
     def build_device_mesh(self, device_type: str) -> Any:
-        """A new DeviceMesh for `device_type` with the flattened dimensions (None when every size is 1)."""
+        """A new DeviceMesh for `device_type` with the flattened dimensions (None when every size is 1).
+
+        Args:
+            device_type: The device type of the mesh (`"cuda"`, `"cpu"`, ...).
+        """
         from accel.parallel.mesh import build_device_mesh
 
         return build_device_mesh(self, device_type)
 
     def get_device_mesh(self, device_type: str | None = None) -> Any:
-        """The mesh, built on the first call (which needs `device_type`)."""
+        """The mesh, built on the first call (which needs `device_type`).
+
+        Args:
+            device_type: The device type to build the mesh for; may be None once it is built (a different
+                type from the built mesh's raises).
+        """
         if self.device_mesh is None:
             if device_type is None:
                 raise ValueError("ParallelismConfig.get_device_mesh(): give a device_type (such as 'cuda' or 'cpu') to build it.")
@@ -225,7 +240,11 @@ class ParallelismConfig:
         return self.device_mesh
 
     def with_sizes(self, **sizes: int) -> ParallelismConfig:
-        """A copy with other sizes (the handlers kept), checked again."""
+        """A copy with other sizes (the handlers kept), checked again.
+
+        Args:
+            **sizes: Size fields to replace (`dp_shard_size=4`, ...).
+        """
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.init}
         return ParallelismConfig(**{**fields, **sizes})
 
