@@ -1,8 +1,9 @@
 """The DeepSpeed plugin that `accel launch --use_deepspeed` describes, for a script that builds none in code.
 
 `accel launch` passes use_deepspeed and the deepspeed_config options as ACCEL_USE_DEEPSPEED and
-ACCEL_DEEPSPEED_* variables (accel/settings/catalogue.py, accel/settings/deepspeed_names.py; `accelerate launch`'s ACCELERATE_USE_DEEPSPEED and
-ACCELERATE_DEEPSPEED_* are read too); the Accelerator builds a DeepSpeedPlugin from them, as Accelerate does.
+ACCEL_DEEPSPEED_* variables (accel/settings/catalogue.py, accel/settings/deepspeed_names.py; `accelerate
+launch`'s ACCELERATE_USE_DEEPSPEED and ACCELERATE_DEEPSPEED_* are read too); the Accelerator builds a
+DeepSpeedPlugin from them, as Accelerate does.
 """
 
 from __future__ import annotations
