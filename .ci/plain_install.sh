@@ -10,7 +10,7 @@ repo="$(pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/src" "$work/run"
-cp -r accel setup.cfg pyproject.toml README.md "$work/src/"
+cp -r accel pyproject.toml README.md "$work/src/"
 python -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet torch==2.13.0 "$work/src"
 cd "$work/run"

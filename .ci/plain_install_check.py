@@ -1,7 +1,7 @@
 """What a new user does first, on a plain `pip install accel` (no extras): train, save, load.
 
-CI runs this in a fresh virtual environment holding only accel and what setup.cfg's
-install_requires brings (see .ci/run), so that a dependency the package needs but does not
+CI runs this in a fresh virtual environment holding only accel and what pyproject.toml's
+dependencies bring (see .ci/run), so that a dependency the package needs but does not
 declare fails here, not on a user's machine. tests/cli/test_plain_install_check.py runs it in
 the development environment too. Prints one line per check; exits 0 when every check passes.
 

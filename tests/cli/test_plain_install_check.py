@@ -1,6 +1,6 @@
 """A plain install trains, saves and loads: the CI smoke check, numpy declared, an ImportError named as one.
 
-CI runs .ci/plain_install_check.py in a fresh virtual environment holding only what setup.cfg
+CI runs .ci/plain_install_check.py in a fresh virtual environment holding only what pyproject.toml
 declares (.ci/plain_install.sh); here it runs in this environment, in-process, so that the
 check itself stays right. Without numpy, save_state and save_model used to fail midway with
 "No module named 'numpy'", save_state blaming free space or permissions.
@@ -8,13 +8,14 @@ check itself stays right. Without numpy, save_state and save_model used to fail 
 
 from __future__ import annotations
 
-import configparser
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+tomllib = pytest.importorskip("tomllib")  # the standard library's from Python 3.11
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / ".ci" / "plain_install_check.py"
@@ -43,9 +44,8 @@ def test_ci_runs_the_plain_install_then_the_readme_command() -> None:
 
 
 def _install_requires() -> list[str]:
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    return [line.strip() for line in config["options"]["install_requires"].splitlines() if line.strip()]
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return list(tomllib.load(file)["project"]["dependencies"])
 
 
 def test_numpy_is_declared_because_safetensors_writes_through_it() -> None:
