@@ -2,6 +2,39 @@
 
 The public API is imported lazily, so that `accel --help` and `import accel._version`
 do not pay for importing torch.
+
+The package root keeps only Accelerate's import paths and private helpers:
+
+* Accelerate's import paths (`accelerate.state` is `accel.state`, and so on): big_modeling.py
+  (`init_empty_weights`, `init_on_device`; offloading and dispatch forwarded to Accelerate),
+  data_loader.py (`prepare_data_loader`, `skip_first_batches` and the prepared dataloader's
+  classes), hooks.py (big-model inference's module hooks, forwarded), launchers.py
+  (`notebook_launcher`, `debug_launcher`), local_sgd.py (`LocalSGD`), logging.py (`get_logger`, the
+  process-aware logger), parallelism_config.py (`ParallelismConfig`), state.py (`PartialState`,
+  `AcceleratorState`, `GradientState`);
+* private helpers: _version.py (the version, readable without torch), _warnings.py (`PrecisionWarning`,
+  and warnings given once), _validation.py (one clear error for a bad argument), _tree.py (a function
+  applied to every tensor of a nested structure), _lazy.py (lazy re-exports for package `__init__`
+  modules), _accelerate_names.py (Accelerate's names that accel forwards to Accelerate or refuses);
+  __main__.py runs the command line (`python -m accel`).
+
+The subpackages, by job:
+
+* the facade: accelerator/ (the Accelerator: its constructor options and method groups),
+  kwargs_handlers/ (the option objects of `kwarg_handlers=[...]`), settings/ (the settings schema: one
+  name per setting, from which its YAML key, flag, ACCEL_* variable and keyword derive);
+* the training step: training/ (the wrappers around optimizer, scheduler and model, gradient
+  accumulation, torch.compile, the data-parallel strategy), data/ (the prepared DataLoader and each
+  process's part of the data), backends/ (the precisions: fp32, fp16/bf16 mixed, 16-bit true, FP8, and
+  the precision under DeepSpeed), quantization/ (bitsandbytes' 4-bit and 8-bit Linear layers);
+* processes: distributed/ (which process this is, its process group, the collectives), parallel/ (the
+  device mesh of a ParallelismConfig, tensor parallelism), fsdp/ (sharded training on FSDP2), deepspeed/
+  (training through DeepSpeed's ZeRO engine);
+* around the run: checkpointing/ (`save_state` / `load_state`), tracking/ (experiment trackers),
+  monitoring/ (throughput, MFU, loss spikes), utils/ (the names of `accelerate.utils`), test_utils/
+  (the names of `accelerate.test_utils`);
+* the command line: cli/ (`accel config`, `launch`, `env`, `test`, `bench`), bench/ (what `accel bench`
+  trains, runs and reports).
 """
 
 from __future__ import annotations

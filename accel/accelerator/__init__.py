@@ -1,7 +1,28 @@
 """The Accelerator: its constructor options and its method groups, one file each.
 
 The wrappers it puts around a script's objects live in accel.training and accel.data; they are
-re-exported here for code that imports them from this package."""
+re-exported here for code that imports them from this package.
+
+The modules, by job:
+
+* the class: accelerator.py (`Accelerator`, assembled from the mixins below: its constructor, the
+  precision's properties and the training loop's `backward`, `autocast`, `accumulate`, clipping,
+  `init_module`, `end_training`), options.py (each constructor keyword checked against its ACCEL_*
+  variable, and the precision backend and parallelism strategy chosen from them);
+* preparing: preparing.py (`prepare` and its per-kind `prepare_*` methods), prepare_checks.py (the
+  checks `prepare` makes on optimizers: one wrapper each, none that trains nothing prepared);
+* the processes: process_methods.py (where this process stands, the collectives, `main_process_first`
+  and the `on_*_process` decorators), synchronizing.py (`no_sync`, `join_uneven_inputs`, the
+  `set_trigger` / `check_trigger` flag, `profile`), parallel_views.py (this process's rank in each
+  mesh dimension, and the DeepSpeed engine and config);
+* files: files.py (`unwrap_model`, `save_model`, `save`, `save_state` / `load_state` and their
+  pre-hooks, `register_for_checkpointing`);
+* watching the run: tracking_methods.py (`log_with=`, `init_trackers`, `log`, `get_tracker`),
+  monitoring_methods.py (the throughput/MFU and loss-spike monitors, built when asked for);
+* Accelerate's read-only views: data_options.py (the dataloader options in force), handler_views.py
+  (the kwargs handlers in effect: `ddp_handler`, `fp8_recipe_handler`, ...), private_views.py
+  (`_models`, `_optimizers`, ... as views of the registry of prepared objects).
+"""
 
 from accel.accelerator.accelerator import Accelerator
 from accel.data.configuration import DataLoaderConfiguration

@@ -1,11 +1,34 @@
 """Checkpoints: save_state / load_state, written atomically, verified on loading, never pickled code.
 
-The format is described in docs/checkpoints.md. One module per job: project
-(ProjectConfiguration), naming (folder names, rotation, work folders), layout (file names inside a
-checkpoint), writer (atomic folders), manifest (manifest.json and verification), serialization
-(safe file formats), rng (random states), models (weights and gradients), compat (does a
-checkpoint fit this run), state (collect and restore), save and load (the two flows), errors;
-staging, background, async_save and sharded_async write a checkpoint in the background.
+The format is described in docs/checkpoints.md. The modules, by job:
+
+* the flow: save.py (`save_state`: choose the folder, gather the state, write it atomically, rotate
+  old checkpoints), load.py (`load_state`: find the checkpoint, verify it is whole and fits, restore
+  it), training_state.py (the training state collected and checked before any file is written; a
+  loaded one restored, likeliest failures first), host.py (`CheckpointHost`: what checkpointing
+  reads from the Accelerator), project.py (`ProjectConfiguration`: the project's folders, automatic
+  checkpoints and how many are kept), naming.py (checkpoint_<n> folders, their rotation, the hidden
+  work folders), hooks.py (the user's save/load pre-hooks and the models they handle), compat.py
+  (whether a checkpoint fits this run), errors.py (the errors checkpoints raise);
+* several processes: across_processes.py (the main process writes, every process reads, all agree
+  on the outcome), participation.py (whether every process takes part in a save, or the main
+  process alone), call_site.py (whether the script called the save under an `is_main_process`
+  test), visibility.py (every process's shards confirmed where the manifest says, before a sharded
+  checkpoint is published);
+* asynchronous writing (`save_state(async_save=True)`): async_save.py (the state staged, then
+  written and published in the background), staging.py (the copy in CPU memory that training
+  cannot change), background.py (the one writing thread per process, and how every process learns
+  its outcome), sharded_async.py (every process's shards written in the background);
+* formats: layout.py (the file names inside a checkpoint), manifest.py (manifest.json: what a
+  checkpoint holds, and the check that it is whole), writer.py (atomic folders: written hidden,
+  synced, renamed into place), serialization.py (file formats that run no code when loaded),
+  safetensors_io.py (weights written as safetensors), model_files.py (a model's weights as
+  transformers reads them: one file, or shards and an index), models.py (weights and gradients
+  saved, and whether they fit a model), rng.py (the random number generators' states), sharded.py
+  (an FSDP run's models and optimizers, as every process's shards or gathered), sharded_load.py
+  (loading where FSDP is involved on either side);
+* Accelerate's checkpoints: accelerate_files.py (the files Accelerate's `save_state` writes, each
+  read without running code), from_accelerate.py (resuming a run from them).
 """
 
 from __future__ import annotations

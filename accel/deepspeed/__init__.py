@@ -1,11 +1,16 @@
 """Training through DeepSpeed's ZeRO engine, as Accelerate runs it (docs/deepspeed.md).
 
-plugin.py: DeepSpeedPlugin (Accelerate's names and fields); environment.py: the plugin `accel launch
---use_deepspeed` describes; options.py: the Accelerator's checks at construction; config.py: the config
-`deepspeed.initialize` gets; prepare.py: one prepare call through it; strategy.py: DeepSpeedStrategy (the
-interface is accel.training.strategy); engine.py: the engine, optimizer and scheduler wrappers;
-dummies.py: DummyOptim, DummyScheduler; checkpoint.py: DeepSpeed's checkpoints inside accel's.
-DeepSpeed itself is imported only where an engine is built or saved.
+DeepSpeed itself is imported only where an engine is built or saved. The modules, by job:
+
+* the options: plugin.py (`DeepSpeedPlugin`: Accelerate's names and fields), environment.py (the
+  plugin `accel launch --use_deepspeed` describes), options.py (the Accelerator's checks at
+  construction: precision, accumulation, what cannot run with DeepSpeed), config.py (the config
+  `deepspeed.initialize` gets, its "auto" values filled);
+* training: strategy.py (`DeepSpeedStrategy`; the interface is accel.training.strategy), prepare.py
+  (one `prepare` call through `deepspeed.initialize`), engine.py (the engine, optimizer and
+  scheduler wrappers: the engine steps in `backward`), dummies.py (`DummyOptim`, `DummyScheduler`:
+  stand-ins for the optimizer and scheduler the config names);
+* checkpoints: checkpoint.py (DeepSpeed's checkpoints inside accel's, and the engine's full weights).
 """
 
 from accel.deepspeed.dummies import DummyOptim, DummyScheduler

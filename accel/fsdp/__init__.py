@@ -1,13 +1,20 @@
 """Fully sharded data parallel training on torch's FSDP2 (`torch.distributed.fsdp.fully_shard`).
 
-plugin.py: FullyShardedDataParallelPlugin (Accelerate's names); environment.py: the plugin that
-`accel launch --use_fsdp` describes. strategy.py: FSDPStrategy, the Accelerator's parallelism when
-it has a plugin (accel.training.strategy is the interface). wrap.py: `shard_model`, which prepare
-runs in place of DistributedDataParallel. sharded_model.py: full weights, the global gradient norm,
-no_sync. optimizer.py: an optimizer built before sharding, pointed at the shards. precision.py: the
-MixedPrecisionPolicy. checkpoint.py: sharded save/load with torch.distributed.checkpoint (any number
-of processes) and `consolidate` (one model.safetensors); consolidate.py: its command.
-safe_reading.py: reading those folders without running code from them (torch's own reader unpickles).
+The modules, by job:
+
+* the options: plugin.py (`FullyShardedDataParallelPlugin`, Accelerate's names), environment.py
+  (the plugin that `accel launch --use_fsdp` describes), precision.py (the MixedPrecisionPolicy
+  derived from the Accelerator's precision);
+* sharding a model: strategy.py (`FSDPStrategy`, the Accelerator's parallelism when it has a
+  plugin; accel.training.strategy is the interface), wrap.py (`shard_model`, which prepare runs in
+  place of DistributedDataParallel: the blocks first, then the root), meta_loading.py (a model not
+  every process holds whole: sharded on the meta device, then filled), optimizer.py (an optimizer
+  built before sharding, pointed at the shards), sharded_model.py (full weights, the global gradient
+  norm, `no_sync`);
+* checkpoints: checkpoint.py (sharded save/load with torch.distributed.checkpoint, on any number of
+  processes, and `consolidate`), consolidate.py (its command: one model.safetensors),
+  safe_reading.py (reading those folders without running code from them; torch's own reader
+  unpickles).
 """
 
 from typing import TYPE_CHECKING

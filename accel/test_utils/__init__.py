@@ -2,6 +2,10 @@
 (skip decorators, `AccelerateTestCase`, `RegressionDataset`/`RegressionModel`, subprocess helpers), at the
 same names. Accelerate's own test scripts (`accelerate.test_utils.test_script`, ...) are Accelerate's
 tests of itself and are not part of accel.
+
+The modules: testing.py (`accelerate.test_utils.testing`: skip and `require_*` decorators, test-case
+bases, subprocess helpers, assertions) and training.py (`accelerate.test_utils.training`: the toy
+`RegressionDataset` and `RegressionModel`, with Accelerate's numbers).
 """
 
 from __future__ import annotations

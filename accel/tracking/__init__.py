@@ -8,6 +8,18 @@ See docs/tracking.md.
 Accelerate's trackers for the libraries accel does not ship (Comet ML, ClearML, DVCLive, SwanLab,
 Trackio) can be imported, so that a script importing one still runs; building one raises
 NotImplementedError saying to wrap the library in a GeneralTracker subclass.
+
+The modules, by job:
+
+* choosing trackers: base.py (`GeneralTracker`, the base class of every tracker, built-in or the
+  user's), logger_type.py (`LoggerType`: the names `log_with=` accepts), registry.py (tracker names
+  -> classes, and which of them can run here), selection.py (`log_with=` checked at construction,
+  and the trackers `init_trackers` builds), requirements.py (which libraries are installed, and the
+  pip command for a missing one), values.py (what a script logs, as plain Python values);
+* one tracker per library: jsonl_tracker.py (accel's own: JSON lines, and a PNG of every scalar at
+  the end) with plot.py (those PNGs, FP8 health included), tensorboard_tracker.py (TensorBoard event
+  files), wandb_tracker.py (a Weights & Biases run), mlflow_tracker.py (an MLflow run, by default in
+  an SQLite store), aim_tracker.py (a run in an Aim repository).
 """
 
 from accel._accelerate_names import refusals

@@ -1,7 +1,19 @@
 """The wrappers around the user's training objects, and how a model is spread over processes.
 
-optimizer (AcceleratedOptimizer), scheduler (AcceleratedScheduler), gradient_state and accumulation
-(which micro-batch ends with a step), model (precision conversion, unwrapping), compiling
-(torch.compile), strategy (one process or DDP; accel.fsdp.strategy is FSDP2's), seeding (set_seed),
-out_of_memory (find_executable_batch_size).
+The modules, by job:
+
+* the wrappers: optimizer.py (`AcceleratedOptimizer`: the user's optimizer, stepped through the
+  precision backend), scheduler.py (`AcceleratedScheduler`: stepped as Accelerate steps it),
+  model.py (a model prepared for a precision and for several processes, and unwrapped again),
+  prepared.py (`PreparedObjects`: the registry of what an Accelerator prepared, which checkpoints
+  read);
+* gradient accumulation: gradient_state.py (`GradientState`: which micro-batch ends with an
+  optimizer step, and the dataloaders being iterated), accumulation.py (`GradientAccumulationPlugin`);
+* over several processes: strategy.py (`ParallelStrategy`: one process or DDP; accel.fsdp.strategy
+  is FSDP2's), local_sgd.py (`LocalSGD`: local optimizer steps, then the parameters averaged);
+* the model itself: blocks.py (a model's repeated blocks, and activation checkpointing of them),
+  compiling.py (torch.compile: its options resolved at construction, the compile in prepare),
+  meta_init.py (models built on the meta device, given memory at prepare);
+* helpers scripts import: seeding.py (`set_seed`), out_of_memory.py (`find_executable_batch_size`,
+  `release_memory`).
 """

@@ -1,10 +1,23 @@
 """`accel.utils`: the names scripts import from `accelerate.utils`, at the same names.
 
 This package re-exports; the logic lives where its concern is (accel.distributed, accel.data,
-accel.training, accel.kwargs_handlers, ...). The
-functional collectives (`gather`, `reduce`, ...) act on this process's current state, the
-layout torchrun gave it and the running process group. See docs/migration.md for each name's
-status and its differences from Accelerate.
+accel.training, accel.kwargs_handlers, ...). The functional collectives (`gather`, `reduce`, ...)
+act on this process's current state, the layout torchrun gave it and the running process group.
+See docs/migration.md for each name's status and its differences from Accelerate.
+
+The modules, by job:
+
+* Accelerate's submodule paths (`accelerate.utils.<name>`), re-exporting what lives elsewhere:
+  dataclasses.py (the configuration classes and enums), memory.py (`release_memory`,
+  `find_executable_batch_size`, ...), random.py (`set_seed`), versions.py (`is_torch_version`,
+  `compare_versions`);
+* helpers written here (each at Accelerate's path too, structures.py aside): imports.py (the
+  `is_*_available` checks and `is_torch_version`), environment.py (`patch_environment`,
+  `write_basic_config` and the other environment helpers), operations.py (the functional
+  collectives, on this process's current state), structures.py (nested structures of tensors:
+  `recursively_apply`, `concatenate`, ...), other.py (`extract_model_from_parallel`, `save`, `tqdm`);
+* big-model inference, forwarded to Accelerate when it is installed: modeling.py (device maps,
+  checkpoint loading), offload.py (weights offloaded to disk).
 """
 
 from __future__ import annotations
