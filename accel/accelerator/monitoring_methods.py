@@ -7,8 +7,9 @@ handlers' defaults. Off, nothing is hooked: `throughput_monitor` and `spike_dete
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.kwargs_handlers import Handlers
 from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs, ThroughputKwargs
@@ -25,6 +26,14 @@ class MonitoringMixin:
     process_state: Any
     project_dir: Any
     is_main_process: bool
+    log: Callable[..., None]  # TrackingMixin's
+    save_state: Callable[..., Path]  # FilesMixin's
+
+    if TYPE_CHECKING:
+
+        @property
+        def trackers(self) -> list[Any]:  # TrackingMixin's
+            """The running trackers."""
 
     def _setup_monitoring(self) -> None:
         """Build the monitors asked for; a spike checkpoint with nowhere to go raises here, at construction."""
@@ -54,8 +63,8 @@ class MonitoringMixin:
         return {} if self.throughput_monitor is None else self.throughput_monitor.latest
 
     def _log_throughput(self, values: dict[str, float], step: int) -> None:
-        if self.trackers:  # type: ignore[attr-defined]  # TrackingMixin's
-            self.log(values, step=step)  # type: ignore[attr-defined]  # TrackingMixin's
+        if self.trackers:
+            self.log(values, step=step)
 
     def _spike_checkpoint_folder(self, options: SpikeDetectionKwargs) -> Path | None:
         if options.action != "checkpoint":
@@ -74,10 +83,10 @@ class MonitoringMixin:
         action = self.spike_detector.options.action if self.spike_detector else "log"
         if self.is_main_process:
             logger.warning("%s (spike detection: %s).", spike.describe(), action)
-        if self.trackers:  # type: ignore[attr-defined]  # TrackingMixin's
-            self.log({"loss_spike": spike.loss}, step=spike.step)  # type: ignore[attr-defined]  # TrackingMixin's
+        if self.trackers:
+            self.log({"loss_spike": spike.loss}, step=spike.step)
         if action == "checkpoint" and self._spike_folder is not None:
-            folder = self.save_state(self._spike_folder / f"spike_step_{spike.step}")  # type: ignore[attr-defined]
+            folder = self.save_state(self._spike_folder / f"spike_step_{spike.step}")
             if self.is_main_process:
                 logger.warning("Saved the state before optimizer step %d's update to %s.", spike.step, folder)
         if action == "stop":
