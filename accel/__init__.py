@@ -24,11 +24,12 @@ The subpackages, by job:
   kwargs_handlers/ (the option objects of `kwarg_handlers=[...]`), settings/ (the settings schema: one
   name per setting, from which its YAML key, flag, ACCEL_* variable and keyword derive);
 * the training step: training/ (the wrappers around optimizer, scheduler and model, gradient
-  accumulation, torch.compile, the data-parallel strategy), data/ (the prepared DataLoader and each
+  accumulation, torch.compile), data/ (the prepared DataLoader and each
   process's part of the data), backends/ (the precisions: fp32, fp16/bf16 mixed, 16-bit true, FP8, and
   the precision under DeepSpeed), quantization/ (bitsandbytes' 4-bit and 8-bit Linear layers);
-* processes: distributed/ (which process this is, its process group, the collectives), parallel/ (the
-  device mesh of a ParallelismConfig, tensor parallelism), fsdp/ (sharded training on FSDP2), deepspeed/
+* processes: distributed/ (which process this is, its process group, the collectives), parallel/ (how a
+  model is placed over them: every strategy's interface and the one place that chooses it, the device
+  mesh of a ParallelismConfig, tensor parallelism), fsdp/ (sharded training on FSDP2), deepspeed/
   (training through DeepSpeed's ZeRO engine);
 * around the run: checkpointing/ (`save_state` / `load_state`), tracking/ (experiment trackers),
   monitoring/ (throughput, MFU, loss spikes), utils/ (the names of `accelerate.utils`), test_utils/

@@ -46,7 +46,9 @@ from accel.kwargs_handlers import (
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelPlugin
 from accel.parallel import layout
+from accel.parallel.choice import create_strategy
 from accel.parallel.config import ParallelismConfig
+from accel.parallel.strategy import ParallelStrategy
 from accel.quantization import Quantizer, create_quantizer
 from accel.settings import (
     ACTIVATION_CHECKPOINTING,
@@ -62,7 +64,6 @@ from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.gradient_state import GradientState
 from accel.training.out_of_memory import release_memory
 from accel.training.prepared import PreparedObjects
-from accel.training.strategy import ParallelStrategy
 
 _BACKWARD = stall_marks.label("backward (DDP's gradient all-reduce)")
 """How a process in `Accelerator.backward` shows in a stall report."""
@@ -92,7 +93,7 @@ class Accelerator(
     (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers), files.py (model files,
     checkpoints), tracking_methods.py (trackers), data_options.py (the dataloader options),
     private_views.py (Accelerate's `_models` and the like). What was prepared is `self.prepared`;
-    how models are spread over the processes is `self.strategy` (accel.training.strategy), chosen
+    how models are spread over the processes is `self.strategy` (accel.parallel.strategy), chosen
     here once.
 
     Args:
@@ -275,7 +276,7 @@ class Accelerator(
         """The layout of the processes as a device mesh (None without one, as in Accelerate; docs/distributed.md)."""
         self.torch_device_mesh, self.process_state = layout.mesh_and_place(self.parallelism_config, self.process_state)
         """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
-        self.strategy: ParallelStrategy = options.strategy(
+        self.strategy: ParallelStrategy = create_strategy(
             self.fsdp_plugin, self.process_state, self.precision, self.handlers, self.parallelism_config,
             self.torch_device_mesh, self.deepspeed_plugin,
         )

@@ -16,10 +16,10 @@ from accel._warnings import warn_once
 from accel.backends.base import PrecisionBackend
 from accel.checkpointing.model_files import parse_size, write_model_files, write_object
 from accel.checkpointing.safetensors_io import require_safetensors_writer
+from accel.parallel.strategy import ParallelStrategy
 from accel.quantization import Quantizer
 from accel.training import model as model_utils
 from accel.training.prepared import LoadHook, PreparedObjects, SaveHook
-from accel.training.strategy import ParallelStrategy
 
 
 class FilesMixin:

@@ -14,13 +14,11 @@ from accel._validation import check_bool, check_int
 from accel.backends.base import PrecisionBackend
 from accel.backends.registry import create_backend
 from accel.data.configuration import DataLoaderConfiguration
-from accel.distributed.process_state import ProcessState
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
 from accel.settings import SCHEDULER_PER_OPTIMIZER_STEP, Setting
 from accel.settings.handlers import bnb_options_from_env, fp8_recipe_from_env
 from accel.training.accumulation import GradientAccumulationPlugin
-from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -224,40 +222,3 @@ def precision_backend(
 
     return backend(deepspeed, name, device, handlers, quantized=handlers.has(BitsandbytesKwargs),
                    parallelism=parallelism, dynamo_backend=dynamo_backend)
-
-
-def strategy(
-    plugin: Any, process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers,
-    parallelism: Any = None, mesh: Any = None, deepspeed: Any = None,
-) -> ParallelStrategy:
-    """The one place where the parallelism is chosen: tensor parallelism when the ParallelismConfig
-    (`accel.parallel.layout.resolve`) has tp_size > 1 (with FSDP2 over the data-parallel dimensions when
-    `plugin` is given: 2-D); else FSDP2 with a plugin (checked by `fsdp_plugin`), over the mesh's
-    (dp_replicate, dp_shard_cp) dimensions when there is a mesh (2-D: HSDP); else data parallelism (one
-    process, or DDP over several). With a DeepSpeedPlugin: DeepSpeed's engine (accel.deepspeed)."""
-    if deepspeed is not None:
-        from accel.deepspeed.strategy import DeepSpeedStrategy
-
-        return DeepSpeedStrategy(process_state, cast("Any", precision), handlers, deepspeed)
-    if parallelism is not None and parallelism.tp_enabled:
-        return _tensor_parallel(process_state, precision, handlers, mesh, plugin, parallelism)
-    if plugin is None:
-        return ParallelStrategy(process_state, precision, handlers)
-    from accel.fsdp.strategy import FSDPStrategy  # torch.distributed.fsdp only where FSDP runs
-    from accel.parallel.mesh import submesh
-
-    fsdp_mesh = None if mesh is None else submesh(mesh, parallelism.fsdp_dim_names)
-    return FSDPStrategy(process_state, precision, handlers, plugin, fsdp_mesh)
-
-
-def _tensor_parallel(
-    process_state: ProcessState, precision: PrecisionBackend, handlers: Handlers, mesh: Any, plugin: Any,
-    parallelism: Any,
-) -> ParallelStrategy:
-    """TensorParallelStrategy over the whole mesh (tp, and the data-parallel dimensions FSDP2 shards over in
-    2-D); the plan: the user's (ParallelismConfig(tp_handler=TorchTensorParallelConfig(plan=...))), else the
-    model's own tp_plan, found at prepare."""
-    from accel.parallel.tensor_strategy import TensorParallelStrategy
-
-    handler = parallelism.tp_handler
-    return TensorParallelStrategy(process_state, precision, handlers, mesh, plugin, handler.plan if handler else None)

@@ -23,6 +23,7 @@ from accel.distributed.partial_state import AcceleratorState
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers.dynamo import TorchDynamoPlugin
 from accel.monitoring import ThroughputMonitor
+from accel.parallel.strategy import ParallelStrategy
 from accel.quantization import Quantizer
 from accel.training import compiling, meta_init
 from accel.training import model as model_utils
@@ -31,7 +32,6 @@ from accel.training.gradient_state import GradientState
 from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.prepared import PreparedObjects
 from accel.training.scheduler import AcceleratedScheduler
-from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
 

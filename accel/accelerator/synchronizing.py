@@ -17,9 +17,9 @@ from torch.distributed.algorithms.join import Join, Joinable
 from accel.distributed import operations
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers, ProfileKwargs
+from accel.parallel.strategy import ParallelStrategy
 from accel.training.compiling import is_compiled
 from accel.training.prepared import PreparedObjects
-from accel.training.strategy import ParallelStrategy
 
 
 class SyncMixin:

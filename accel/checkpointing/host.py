@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from accel.checkpointing.project import ProjectConfiguration
     from accel.distributed.process_state import ProcessState
     from accel.kwargs_handlers import Handlers
+    from accel.parallel.strategy import ParallelStrategy
     from accel.training.gradient_state import GradientState
     from accel.training.prepared import PreparedObjects
-    from accel.training.strategy import ParallelStrategy
 
 
 class CheckpointHost(Protocol):

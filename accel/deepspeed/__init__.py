@@ -6,7 +6,7 @@ DeepSpeed itself is imported only where an engine is built or saved. The modules
   plugin `accel launch --use_deepspeed` describes), options.py (the Accelerator's checks at
   construction: precision, accumulation, what cannot run with DeepSpeed), config.py (the config
   `deepspeed.initialize` gets, its "auto" values filled);
-* training: strategy.py (`DeepSpeedStrategy`; the interface is accel.training.strategy), prepare.py
+* training: strategy.py (`DeepSpeedStrategy`; the interface is accel.parallel.strategy), prepare.py
   (one `prepare` call through `deepspeed.initialize`), engine.py (the engine, optimizer and
   scheduler wrappers: the engine steps in `backward`), dummies.py (`DummyOptim`, `DummyScheduler`:
   stand-ins for the optimizer and scheduler the config names);

@@ -1,8 +1,9 @@
 """DeepSpeed's checkpoints inside accel's: the engine writes its ZeRO files (tag `shards`) into the checkpoint's
 `shards/` folder, each process its own partitions; accel's manifest lists them and keeps the rest (schedulers,
 dataloader positions, RNG states). Loading runs the engine's `load_checkpoint`, which restores the weights, the
-optimizer's state (fp32 masters, fp16 loss scale) and the engine's step counts. Also: the full weights of an
-engine's model (gathered under ZeRO 3) and loading full weights into it.
+optimizer's state (fp32 masters, fp16 loss scale) and the engine's step counts. A run without deepspeed_plugin
+refuses these checkpoints, and a DeepSpeed run refuses torch.distributed.checkpoint's shards, both for the reasons
+given here. Also: the full weights of an engine's model (gathered under ZeRO 3) and loading full weights into it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -19,12 +20,18 @@ from torch import nn
 from accel.checkpointing import layout
 from accel.checkpointing.errors import CheckpointError
 
+if TYPE_CHECKING:
+    from accel.checkpointing.manifest import Manifest
+
 TAG = layout.SHARDS_DIR
 """The engine's checkpoint tag: the folder its files go to, beside accel's (checkpoint/shards/*.pt)."""
 _RECOVERY = "zero_to_fp32.py"
 """The script DeepSpeed copies beside its checkpoints (it rebuilds fp32 weights); moved into shards/."""
 INDEX = ".metadata"
 """The index file every sharded checkpoint has in shards/: here what wrote it (JSON)."""
+ENGINE = "deepspeed"
+"""The `engine` of the manifest's `fsdp` record of a checkpoint DeepSpeed wrote (DeepSpeedStrategy.checkpoint_record);
+the shards of FSDP2 and tensor parallelism (torch.distributed.checkpoint's) have none."""
 _RANK = re.compile(r"_pp_rank_(\d+)_")
 """How DeepSpeed names a process's partition files (zero_pp_rank_<r>_mp_rank_00_optim_states.pt)."""
 
@@ -51,13 +58,21 @@ def write(engine: Any, folder: Path, rank: int, record: dict[str, Any]) -> dict[
 def problems(manifest: Any, record: dict[str, Any], num_processes: int) -> list[str]:
     """Why this run cannot load a checkpoint's shards (written by another engine, stage or process count)."""
     saved = manifest.fsdp or {}
-    if saved.get("engine") != "deepspeed":
+    if saved.get("engine") != ENGINE:
         return ["its shards are FSDP's (torch.distributed.checkpoint), which a run with deepspeed_plugin cannot load; "
                 "load it with the fsdp_plugin it was saved with"]
     if saved.get("zero_stage") != record["zero_stage"] or manifest.num_processes != num_processes:
         return [f"it was saved by {manifest.num_processes} processes at ZeRO stage {saved.get('zero_stage')}, this run "
                 f"has {num_processes} at stage {record['zero_stage']}: DeepSpeed's partitions load only into the same "
                 "layout"]
+    return []
+
+
+def problems_without_engine(manifest: Manifest) -> list[str]:
+    """Why a run without deepspeed_plugin cannot load a checkpoint's shards: they are DeepSpeed's ZeRO files, which
+    only its engine reads ([] for shards of torch.distributed.checkpoint). The mirror of `problems`."""
+    if (manifest.fsdp or {}).get("engine") == ENGINE:
+        return ["it holds DeepSpeed's ZeRO checkpoint, which only a run with deepspeed_plugin loads"]
     return []
 
 

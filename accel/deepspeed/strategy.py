@@ -22,7 +22,7 @@ from accel.deepspeed.engine import DeepSpeedEngineWrapper
 from accel.deepspeed.plugin import DeepSpeedPlugin
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers
-from accel.training.strategy import ParallelStrategy
+from accel.parallel.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,7 +56,7 @@ class DeepSpeedStrategy(ParallelStrategy):
 
     def checkpoint_record(self) -> dict[str, Any]:
         """The manifest's `fsdp` field: a sharded checkpoint, written by DeepSpeed at this stage."""
-        return {"state_dict_type": "SHARDED_STATE_DICT", "engine": "deepspeed", "zero_stage": self.plugin.zero_stage}
+        return {"state_dict_type": "SHARDED_STATE_DICT", "engine": checkpoint.ENGINE, "zero_stage": self.plugin.zero_stage}
 
     # ----------------------------------------------------------------- prepare
     def prepare_objects(self, accelerator: Any, objects: Sequence[Any], placements: Sequence[bool | None]) -> list[Any]:
@@ -106,7 +106,7 @@ class DeepSpeedStrategy(ParallelStrategy):
         """Full weights into the engine's model (under ZeRO 3 each process keeps its partition)."""
         checkpoint.load_full_weights(self._engine_of(model), weights, self.plugin.zero_stage == 3)
 
-    # ----------------------------------------------------------------- checkpoints (DeepSpeed's)
+    # ----------------------------------------------------------------- checkpoints (DeepSpeed's own shards)
     def write_shards(self, accelerator: CheckpointHost, folder: Path) -> dict[str, int]:
         return checkpoint.write(self._engine("save_state"), folder, self.process_state.process_index,
                                 self.checkpoint_record())

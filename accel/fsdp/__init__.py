@@ -6,7 +6,7 @@ The modules, by job:
   (the plugin that `accel launch --use_fsdp` describes), precision.py (the MixedPrecisionPolicy
   derived from the Accelerator's precision);
 * sharding a model: strategy.py (`FSDPStrategy`, the Accelerator's parallelism when it has a
-  plugin; accel.training.strategy is the interface), wrap.py (`shard_model`, which prepare runs in
+  plugin; accel.parallel.strategy is the interface), wrap.py (`shard_model`, which prepare runs in
   place of DistributedDataParallel: the blocks first, then the root), meta_loading.py (a model not
   every process holds whole: sharded on the meta device, then filled), optimizer.py (an optimizer
   built before sharding, pointed at the shards), sharded_model.py (full weights, the global gradient

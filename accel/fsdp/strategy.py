@@ -4,7 +4,8 @@ Each process holds shards of every parameter, gradient and optimizer state. Opti
 before sharding are pointed at the sharded parameters (by name, taken before the precision's
 conversion); the gradients of a micro-batch that accumulates are not reduce-scattered; the norm
 for clipping and the full weights are gathered over all shards; checkpoints store each process's
-shards (SHARDED_STATE_DICT) or the gathered whole (FULL_STATE_DICT), and optimizer states by name.
+shards (SHARDED_STATE_DICT, through accel.parallel.sharded_checkpoints.ShardedCheckpointsMixin) or the gathered
+whole (FULL_STATE_DICT), and optimizer states by name. The interface is accel.parallel.strategy.ParallelStrategy.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from accel.fsdp.plugin import FullyShardedDataParallelPlugin
 from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, is_sharded, no_sync
 from accel.fsdp.wrap import shard_model
 from accel.kwargs_handlers import Handlers
+from accel.parallel.sharded_checkpoints import ShardedCheckpointsMixin
+from accel.parallel.strategy import ParallelStrategy
 from accel.training.model import unwrap_model
-from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import ValueType
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from accel.training.optimizer import AcceleratedOptimizer
 
 
-class FSDPStrategy(ParallelStrategy):
+class FSDPStrategy(ShardedCheckpointsMixin, ParallelStrategy):
     """Fully sharded data parallelism (FSDP2) with the options of `plugin`."""
 
     name: ClassVar[str] = "fsdp"

@@ -1,11 +1,30 @@
-"""N-D parallelism: ParallelismConfig (Accelerate's), the device mesh built from it, and how the
-Accelerator's strategy and data loading follow it.
+"""The parallel layout: how a model and its optimizer are placed over the processes, and every strategy found here.
 
-config.py: ParallelismConfig, its sizes checked at construction (torch-free, shared with `accel launch`).
-layout.py: the config an Accelerator runs with (keyword, environment, FSDP's HYBRID_SHARD), checked
-against the world size and the FSDP plugin. mesh.py: the torch DeviceMesh with Accelerate's
-dimension names and flattened dimensions. Tensor parallelism lives in tensor_parallel.py and
-tensor_strategy.py. Imported lazily: `accel.parallel.names` must stay torch-free for the settings.
+Where accel.distributed ends and this package begins: accel.distributed gives the processes (the process
+group, each one's rank and device, the collectives, the process state); this package decides how a model
+and its optimizer are laid out over them (DDP, FSDP2, HSDP, tensor parallelism, DeepSpeed, 2-D) and on
+which device mesh. FSDP2's and DeepSpeed's strategies live with their engines' code
+(accel.fsdp.strategy.FSDPStrategy, accel.deepspeed.strategy.DeepSpeedStrategy); the interface they implement
+and the one place that chooses among them are here.
+
+The modules, by job:
+
+* the strategies: strategy.py (`ParallelStrategy`, the interface every strategy implements with the
+  defaults of a whole model on every process; `DataParallelStrategy`, one process or DDP), choice.py
+  (`create_strategy`: the one place the Accelerator's strategy is chosen, each engine imported only when
+  chosen), sharded_checkpoints.py (the mixins that write and read sharded checkpoints through
+  torch.distributed.checkpoint, for the strategies whose shards those are), tensor_strategy.py
+  (`TensorParallelStrategy`: tensor parallelism, with FSDP2 over the data-parallel dimensions in 2-D);
+* the device mesh: config.py (`ParallelismConfig`, its sizes checked at construction; torch-free, shared
+  with `accel launch`), names.py (the mesh's dimension names, torch-free for the settings), layout.py (the
+  config an Accelerator runs with: keyword, environment or FSDP's HYBRID_SHARD, checked against the world
+  size and the FSDP plugin), mesh.py (the torch DeviceMesh with Accelerate's dimension names and
+  flattened dimensions);
+* tensor parallelism itself: tensor_plan.py (which layers are split, and how: the plan resolved and
+  checked), tensor_parallel.py (splitting a model over the "tp" dimension, and what training needs of it
+  afterwards).
+
+Imported lazily: `accel.parallel.names` must stay torch-free for the settings.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ each product; the activations are exchanged inside forward and backward. With a 
 result is also sharded with FSDP2 over the data-parallel processes (2-D); with "dp_replicate" too, HSDP + TP.
 Optimizers built before prepare follow the new parameters (by name); clipping takes the norm over all
 slices; the full weights are gathered; checkpoints store every process's slices with
-torch.distributed.checkpoint, which reload onto another layout (another tp size, FSDP2, one process).
+torch.distributed.checkpoint (accel.parallel.sharded_checkpoints.ShardedCheckpointsMixin), which reload onto
+another layout (another tp size, FSDP2, one process).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from accel.fsdp.plugin import FullyShardedDataParallelPlugin
 from accel.fsdp.sharded_model import full_state_dict, is_sharded, no_sync
 from accel.kwargs_handlers import BitsandbytesKwargs, Handlers
 from accel.parallel import tensor_parallel as tp
+from accel.parallel.sharded_checkpoints import ShardedCheckpointsMixin
+from accel.parallel.strategy import ParallelStrategy
 from accel.parallel.tensor_plan import choose_plan, resolve_plan
 from accel.training.model import unwrap_model
-from accel.training.strategy import ParallelStrategy
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import ValueType
@@ -49,7 +51,7 @@ def quantization_refusal(mode: str, tp_size: int) -> str:
     )
 
 
-class TensorParallelStrategy(ParallelStrategy):
+class TensorParallelStrategy(ShardedCheckpointsMixin, ParallelStrategy):
     """Tensor parallelism on `mesh["tp"]`, with FSDP2 over `mesh["dp_shard"]` when it has one (2-D).
 
     `plan` maps module names (with `*` for one name part) to styles ("colwise", "rowwise", ... or torch

@@ -1,4 +1,4 @@
-"""The wrappers around the user's training objects, and how a model is spread over processes.
+"""The wrappers around the user's training objects: optimizer, scheduler, model, gradient accumulation.
 
 The modules, by job:
 
@@ -9,8 +9,8 @@ The modules, by job:
   read);
 * gradient accumulation: gradient_state.py (`GradientState`: which micro-batch ends with an
   optimizer step, and the dataloaders being iterated), accumulation.py (`GradientAccumulationPlugin`);
-* over several processes: strategy.py (`ParallelStrategy`: one process or DDP; accel.fsdp.strategy
-  is FSDP2's), local_sgd.py (`LocalSGD`: local optimizer steps, then the parameters averaged);
+* over several processes: local_sgd.py (`LocalSGD`: local optimizer steps, then the parameters
+  averaged); how a model is spread over them is the strategy's (accel.parallel.strategy);
 * the model itself: blocks.py (a model's repeated blocks, and activation checkpointing of them),
   compiling.py (torch.compile: its options resolved at construction, the compile in prepare),
   meta_init.py (models built on the meta device, given memory at prepare);

@@ -14,11 +14,11 @@ from accel.backends.full import FullPrecision
 from accel.checkpointing import ProjectConfiguration, load_state, save_state
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import Handlers, collect_handlers
+from accel.parallel.strategy import DataParallelStrategy, ParallelStrategy
 from accel.training.gradient_state import GradientState
 from accel.training.model import unwrap_model
 from accel.training.optimizer import AcceleratedOptimizer
 from accel.training.prepared import PreparedObjects
-from accel.training.strategy import ParallelStrategy
 
 
 @dataclasses.dataclass
@@ -50,7 +50,7 @@ def _host(folder: Path) -> tuple[Host, nn.Module, AcceleratedOptimizer]:
     optimizer = AcceleratedOptimizer(torch.optim.AdamW(model.parameters(), lr=0.1), precision, gradients)
     prepared = PreparedObjects(models=[model], optimizers=[optimizer])
     host = Host(prepared, precision, handlers, state, gradients, ProjectConfiguration(project_dir=str(folder)),
-                ParallelStrategy(state, precision, handlers))
+                DataParallelStrategy(state, precision, handlers))
     return host, model, optimizer
 
 

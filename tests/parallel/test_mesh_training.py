@@ -82,7 +82,7 @@ def test_one_dimensional_meshes_carry_accelerates_names(four: Launched, two: Lau
     assert four.of("fsdp_mesh")[0] == [["dp_shard"], [4], {"dp": 4, "dp_shard_cp": 4, "dp_cp": 4}]
     assert four.of("fsdp_placements")[0] == "(Shard(dim=0),)"
     assert four.of("ddp_mesh")[0] == [["dp_replicate"], [4], {"dp": 4, "dp_cp": 4}]
-    assert four.of("ddp_strategy")[0] == "ParallelStrategy"
+    assert four.of("ddp_strategy")[0] == "DataParallelStrategy"
     assert two.of("fsdp_mesh")[1] == [["dp_shard"], [2], {"dp": 2, "dp_shard_cp": 2, "dp_cp": 2}]
 
 

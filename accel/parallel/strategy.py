@@ -1,12 +1,17 @@
 """ParallelStrategy: how prepared models are spread over the processes, chosen once per Accelerator.
 
-The base class is data parallelism: one process, or DistributedDataParallel over several (every
-process holds the whole model and its optimizer state). accel.fsdp.strategy.FSDPStrategy shards
-them with FSDP2 instead. Everything that differs between the two goes through these methods:
-wrapping a model, pointing an optimizer at the parameters it should step, skipping the gradient
-synchronisation of a micro-batch, clipping, the full weights, and how checkpoints store models and
-optimizers. The Accelerator picks one in its constructor (accel.accelerator.options.strategy); no
-other code asks which one runs. Tensor parallelism and replicated-sharded layouts plug in here.
+`ParallelStrategy` is the interface every strategy implements, with the defaults of a layout in which
+every process holds the whole model and its optimizer state. `DataParallelStrategy` is that layout: one
+process, or DistributedDataParallel over several. The others shard or split the model instead:
+accel.fsdp.strategy.FSDPStrategy (FSDP2, HSDP), accel.parallel.tensor_strategy.TensorParallelStrategy
+(TP, alone or with FSDP2: 2-D) and accel.deepspeed.strategy.DeepSpeedStrategy (DeepSpeed's engine).
+
+Everything that differs between them goes through these methods: wrapping a model, pointing an
+optimizer at the parameters it should step, skipping the gradient synchronisation of a micro-batch,
+clipping, the full weights, and how checkpoints store models and optimizers (whole, or each process's
+shards: the shard I/O of torch.distributed.checkpoint is accel.parallel.sharded_checkpoints', DeepSpeed's
+is its strategy's). The Accelerator picks one in its constructor (accel.parallel.choice.create_strategy);
+no other code asks which one runs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from torch import nn
 from accel.backends.base import PrecisionBackend
 from accel.distributed.process_state import ProcessState
 from accel.kwargs_handlers import DistributedDataParallelKwargs, Handlers
+from accel.parallel.sharded_checkpoints import ShardReadingMixin
 from accel.training.model import wrap_for_processes
 
 if TYPE_CHECKING:
@@ -34,18 +40,18 @@ if TYPE_CHECKING:
 
 
 class ParallelStrategy:
-    """Data parallelism: one process, or DDP with a full copy of the model on every process.
+    """The interface of every strategy, with the defaults of a whole model on every process.
 
-    >>> from accel.kwargs_handlers import collect_handlers
-    >>> from accel.backends.full import FullPrecision
-    >>> state = ProcessState(device=torch.device("cpu"))
-    >>> handlers = collect_handlers(None, None)
-    >>> strategy = ParallelStrategy(state, FullPrecision(state.device, handlers), handlers)
-    >>> strategy.shards_parameters, strategy.sharded_checkpoints
-    (False, False)
+    A strategy says how it places a model over the processes (`wrap_model`), or prepares a model
+    with its optimizer and scheduler at once (`prepares_together`, `prepare_objects`); the rest has a
+    default here: backward and clipping through the precision, the weights as the model holds them,
+    optimizers left as they are. A strategy whose checkpoints hold shards says so with
+    `sharded_checkpoints` and implements the shard methods (`write_shards`, `shard_problems`,
+    `read_shards`, `apply_shards`); here they raise, as a whole model has no shards of its own.
     """
 
-    name: ClassVar[str] = "data_parallel"
+    name: ClassVar[str]
+    """How the strategy is named in messages ("data_parallel", "fsdp", "tensor_parallel", "deepspeed")."""
     prepares_together: ClassVar[bool] = False
     """True when a model, its optimizer and scheduler must be prepared in one call (`prepare_objects`: DeepSpeed)."""
     shards_parameters: ClassVar[bool] = False
@@ -84,9 +90,10 @@ class ParallelStrategy:
         return False
 
     def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
-        """`model` ready to train over the processes (DDP when there are several; `names` and
-        `optimizers` are unused here, as DDP keeps the parameters)."""
-        return wrap_for_processes(model, self.process_state, self.handlers.get(DistributedDataParallelKwargs))
+        """`model` ready to train over the processes; `names` are `parameter_names(model)` and `optimizers`
+        those prepared before it (to follow parameters the strategy replaces). Every strategy that prepares
+        models one by one gives its own."""
+        raise NotImplementedError(f"{type(self).__name__} does not prepare models one by one")
 
     def retarget_optimizer(self, optimizer: torch.optim.Optimizer, models: Sequence[nn.Module]) -> None:
         """Point `optimizer`, built before its model was prepared, at the parameters that train (they are the same here)."""
@@ -102,7 +109,7 @@ class ParallelStrategy:
         self.precision.backward(loss / steps if steps > 1 else loss, **kwargs)
 
     def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
-        """Skip the gradient all-reduce inside the block (nothing to skip in one process)."""
+        """Skip the gradient all-reduce inside the block: DDP's, for a model it wraps; nothing to skip otherwise."""
         if isinstance(model, nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()
@@ -130,29 +137,41 @@ class ParallelStrategy:
     # ----------------------------------------------------------------- sharded checkpoints (sharded_checkpoints)
     def write_shards(self, accelerator: CheckpointHost, folder: Path) -> dict[str, int]:
         """Every process writes its shards into `folder/shards`; returns the files it wrote and their sizes."""
-        from accel.checkpointing.sharded import write_shards
-
-        return write_shards(accelerator, folder)
+        raise NotImplementedError(f"{type(self).__name__} writes no shards")
 
     def shard_problems(
         self, accelerator: CheckpointHost, folder: Path, manifest: Manifest, models: list[int], label: str
     ) -> list[str]:
         """What keeps a sharded checkpoint's shards from loading here (raises for unreadable files)."""
-        from accel.checkpointing.sharded_load import check_shard_files, shape_problems
-
-        if (manifest.fsdp or {}).get("engine") == "deepspeed":
-            return ["it holds DeepSpeed's ZeRO checkpoint, which only a run with deepspeed_plugin loads"]
-        check_shard_files(folder, manifest, label)
-        return shape_problems(accelerator, folder, models, label)
+        raise NotImplementedError(f"{type(self).__name__} reads no shards")
 
     def read_shards(self, accelerator: CheckpointHost, folder: Path, models: list[int], label: str) -> dict[str, Any]:
         """This process's shards, read (collectively) before anything is changed."""
-        from accel.checkpointing.sharded_load import read_shards
-
-        return read_shards(accelerator, folder, models, label)
+        raise NotImplementedError(f"{type(self).__name__} reads no shards")
 
     def apply_shards(self, accelerator: CheckpointHost, state: dict[str, Any], models: list[int]) -> None:
         """Put what `read_shards` read into the models and optimizers."""
-        from accel.checkpointing.sharded_load import apply_shards
+        raise NotImplementedError(f"{type(self).__name__} reads no shards")
 
-        apply_shards(accelerator, state, models)
+
+class DataParallelStrategy(ShardReadingMixin, ParallelStrategy):
+    """Data parallelism: one process, or DDP with a full copy of the model on every process.
+
+    Its checkpoints hold whole models and optimizers; it loads sharded ones too (the shards of an FSDP2
+    or tensor-parallel run, gathered into whole models: ShardReadingMixin), but writes none.
+
+    >>> from accel.kwargs_handlers import collect_handlers
+    >>> from accel.backends.full import FullPrecision
+    >>> state = ProcessState(device=torch.device("cpu"))
+    >>> handlers = collect_handlers(None, None)
+    >>> strategy = DataParallelStrategy(state, FullPrecision(state.device, handlers), handlers)
+    >>> strategy.shards_parameters, strategy.sharded_checkpoints
+    (False, False)
+    """
+
+    name: ClassVar[str] = "data_parallel"
+
+    def wrap_model(self, model: nn.Module, names: dict[int, str], optimizers: Sequence[AcceleratedOptimizer]) -> nn.Module:
+        """`model` ready to train over the processes (DDP when there are several; `names` and
+        `optimizers` are unused here, as DDP keeps the parameters)."""
+        return wrap_for_processes(model, self.process_state, self.handlers.get(DistributedDataParallelKwargs))

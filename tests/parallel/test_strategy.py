@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
 from accel import Accelerator
-from accel.training.strategy import ParallelStrategy
+from accel.parallel.strategy import DataParallelStrategy, ParallelStrategy
 
 
 def test_without_a_plugin_the_strategy_is_data_parallel_and_keeps_whole_checkpoints() -> None:
     accelerator = Accelerator(cpu=True)
     strategy = accelerator.strategy
-    assert type(strategy) is ParallelStrategy
+    assert type(strategy) is DataParallelStrategy
     assert not strategy.shards_parameters and not strategy.sharded_checkpoints
     assert strategy.checkpoint_record() is None
 
@@ -47,3 +50,18 @@ def test_loading_full_weights_fills_the_model() -> None:
     accelerator.strategy.load_full_weights(model, source.state_dict())
     assert torch.equal(model.weight, source.weight) and torch.equal(model.bias, source.bias)
     assert accelerator.strategy.weight_shapes(model) is None
+
+
+def test_a_run_without_deepspeed_refuses_deepspeeds_shards_as_before() -> None:
+    """The shard reading of the strategies without DeepSpeed (accel.parallel.sharded_checkpoints) refuses a
+    checkpoint DeepSpeed wrote before reading any file, with the message it always gave; the interface itself
+    reads no shards."""
+    accelerator = Accelerator(cpu=True)
+    manifest = SimpleNamespace(fsdp={"state_dict_type": "SHARDED_STATE_DICT", "engine": "deepspeed", "zero_stage": 2})
+    problems = accelerator.strategy.shard_problems(accelerator, Path("nowhere"), manifest, [], "load_state")
+    assert problems == ["it holds DeepSpeed's ZeRO checkpoint, which only a run with deepspeed_plugin loads"]
+    interface = ParallelStrategy(accelerator.process_state, accelerator.precision, accelerator.handlers)
+    with pytest.raises(NotImplementedError, match="ParallelStrategy reads no shards"):
+        interface.shard_problems(accelerator, Path("nowhere"), manifest, [], "load_state")
+    with pytest.raises(NotImplementedError, match="DataParallelStrategy writes no shards"):
+        accelerator.strategy.write_shards(accelerator, Path("nowhere"))
