@@ -52,7 +52,7 @@ def test_the_first_line_says_what_runs_and_the_curve_is_written_from_any_folder(
     )
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
-    assert first.startswith("running: fp8 (native, delayed scaling, O1, base bf16) | 1 process(es) | ")
+    assert first.startswith("running: fp8 (native, delayed scaling, base bf16) | 1 process(es) | ")
     assert "gradient accumulation 2" in first and "thread(s) per process" in first
     rows = (tmp_path / "report" / "loss.csv").read_text().splitlines()
     assert rows[0] == "step,split,loss"
