@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ def payloads(path: Path) -> list[bytes]:
             offset += left_in_block
             continue
         length, kind = struct.unpack_from("<HB", data, offset + 4)
+        if offset + 7 + length > len(data):  # a record still being written
+            break
         chunk = data[offset + 7 : offset + 7 + length]
         offset += 7 + length
         if kind == FULL:
@@ -42,15 +45,20 @@ def payloads(path: Path) -> list[bytes]:
     return records
 
 
-def read_run(path: Path) -> dict[str, Any]:
-    """`{"config": {...}, "history": [{...}, ...], "summary": {...}}` as the run recorded them."""
-    from wandb.proto import wandb_internal_pb2 as pb
+def read_run(path: Path, wait_s: float = 60.0) -> dict[str, Any]:
+    """`{"config": {...}, "history": [{...}, ...], "summary": {...}}` as the run recorded them.
 
+    `run.finish()` can return before wandb's service process has flushed the log's last block to
+    disk (a loaded CI machine once read back an empty config), so the file is read again until its `exit` record is there, for up to `wait_s` seconds.
+    """
+    records = _records(path)
+    deadline = time.monotonic() + wait_s
+    while "exit" not in {kind for kind, _ in records} and time.monotonic() < deadline:
+        time.sleep(0.2)
+        records = _records(path)
+    assert "exit" in {kind for kind, _ in records}, f"{path} has no exit record after {wait_s} s"
     run: dict[str, Any] = {"config": {}, "history": [], "summary": {}}
-    for payload in payloads(path):
-        record = pb.Record()
-        record.ParseFromString(payload)
-        kind = record.WhichOneof("record_type")
+    for kind, record in records:
         if kind in ("run", "config"):  # a config given soon after init can ride in the run record itself
             config = record.run.config if kind == "run" else record.config
             run["config"].update({_key(item): json.loads(item.value_json) for item in config.update
@@ -60,6 +68,18 @@ def read_run(path: Path) -> dict[str, Any]:
         elif kind == "summary":
             run["summary"].update({_key(item): json.loads(item.value_json) for item in record.summary.update})
     return run
+
+
+def _records(path: Path) -> list[tuple[str, Any]]:
+    """Each record's kind (`run`, `config`, `history`, `exit`...) and the parsed record."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    parsed = []
+    for payload in payloads(path):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        parsed.append((record.WhichOneof("record_type") or "", record))
+    return parsed
 
 
 def _key(item: Any) -> str:
