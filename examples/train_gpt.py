@@ -291,14 +291,33 @@ class Summary:
     """(update, "train" or "val", loss) for every update and every validation."""
 
 
-def throughput_text(numbers: dict[str, float]) -> str:
-    """Tokens/s (all processes) and MFU from `accelerator.throughput` (ThroughputKwargs), once measured."""
-    text = ""
+def throughput_text(numbers: dict[str, float], window: tuple[int, int] | None) -> str:
+    """The rates of one measurement window of `accelerator.throughput` (ThroughputKwargs), named by its steps.
+
+    Steps/s, tokens/s (all processes) and MFU all come from the same window, wall-clock time included
+    (validation too), so they agree with each other; "MFU unknown" where FLOPs were counted but no
+    MFU was given (no peak for this device, or a rate above it). Empty until the first window ends.
+
+    >>> throughput_text({"throughput/step_time_s": 0.5, "throughput/tokens_per_s": 8192.0,
+    ...                  "throughput/tflops_per_device": 0.01, "throughput/mfu": 0.042}, (2, 11))
+    ' | steps 2-11: 2.00 steps/s, 8,192 tok/s, MFU 4.2%'
+    """
+    if window is None or "throughput/step_time_s" not in numbers:
+        return ""
+    rates = [f"{1 / numbers['throughput/step_time_s']:.2f} steps/s"]
     if "throughput/tokens_per_s" in numbers:
-        text += f" | {numbers['throughput/tokens_per_s']:,.0f} tok/s"
+        rates.append(f"{numbers['throughput/tokens_per_s']:,.0f} tok/s")
     if "throughput/mfu" in numbers:
-        text += f" | MFU {numbers['throughput/mfu']:.1%}"
-    return text
+        rates.append(f"MFU {numbers['throughput/mfu']:.1%}")
+    elif "throughput/tflops_per_device" in numbers:
+        rates.append("MFU unknown")
+    return f" | steps {window[0]}-{window[1]}: {', '.join(rates)}"
+
+
+def window(accelerator: Accelerator) -> tuple[int, int] | None:
+    """The first and last optimizer step of the throughput monitor's last window, None before it ends."""
+    monitor = accelerator.throughput_monitor
+    return None if monitor is None else monitor.latest_window
 
 
 def train(
@@ -312,7 +331,8 @@ def train(
 ) -> Summary:
     """Run `args.steps` optimizer updates, epoch after epoch; validate at intervals.
 
-    Training time excludes validation, so steps/s measures the training step alone.
+    The summary's training time excludes validation (its steps/s is the training step's alone, over the whole
+    run); the progress line shows the throughput monitor's last window instead, named by its steps.
     """
     progress = Progress(
         args.steps, accelerator.print, accelerator.is_main_process, args.log_interval
@@ -353,8 +373,8 @@ def train(
                 summary.first_train = summary.last_train
             progress.update(
                 summary.steps,
-                f"loss {summary.last_train:.4f} | {summary.steps / summary.seconds:.2f} steps/s"
-                f"{throughput_text(accelerator.throughput)} | {accelerator.mixed_precision}",
+                f"loss {summary.last_train:.4f}{throughput_text(accelerator.throughput, window(accelerator))} | "
+                f"{accelerator.mixed_precision}",
             )
             hint = contention.after_update(summary.steps)
             if hint is not None:
@@ -414,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run = train(accelerator, model, optimizer, train_loader, scheduler, val_loader, args)
     accelerator.print(
-        f"done: {run.steps} steps in {run.seconds:.1f}s ({run.steps / run.seconds:.2f} steps/s), "
+        f"done: {run.steps} steps in {run.seconds:.1f}s ({run.steps / run.seconds:.2f} steps/s over all steps, "
+        f"validation excluded), "
         f"precision {accelerator.mixed_precision} | train loss {run.first_train:.4f} -> "
         f"{run.last_train:.4f} | val loss {run.first_val:.4f} -> {run.last_val:.4f}"
     )

@@ -8,7 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accel.bench.workload import Workload
-from accel.monitoring.peaks import device_peak
+from accel.monitoring.peaks import utilization
 
 
 def flops_per_token(work: Workload) -> float | None:
@@ -26,8 +26,8 @@ def flops_per_token(work: Workload) -> float | None:
 
 
 def mfu(flops: float | None, tokens_per_s: float | None, device: torch.device, compute_dtype: torch.dtype) -> float | None:
-    """Model FLOPs utilization of a row: its FLOPs per second over the device's peak for `compute_dtype`."""
+    """Model FLOPs utilization of a row: its FLOPs per second over the device's peak for `compute_dtype`, at most 1
+    (None where there is no peak or the rate exceeds it: accel.monitoring.peaks.utilization)."""
     if flops is None or tokens_per_s is None:
         return None
-    peak = device_peak(device, compute_dtype, None)
-    return flops * tokens_per_s / peak if peak else None
+    return utilization(flops * tokens_per_s, device, compute_dtype, None)

@@ -36,7 +36,8 @@ class Row:
     tokens_per_s: float | None = None
     mfu: float | None = None
     """Model FLOPs utilization: FLOPs per token (counted once) x tokens/s over the device's peak for the row's
-    matmul dtype (on a CPU: an fp32 matmul measured once); None without a count or a peak."""
+    matmul dtype (on a CPU: one core's matmul rate in that dtype per CPU-second, times the threads); None without a
+    count or a peak, or above the peak."""
     first_step_s: float | None = None
     """The first step alone (compilation included in compiled mode)."""
     spread: float | None = None

@@ -50,7 +50,8 @@ class ThroughputKwargs(KwargsHandler):
     count_flops: bool = True
     """Count the FLOPs of the first step with torch's FlopCounterMode when no formula is given (False: no MFU)."""
     peak_flops: float | None = None
-    """The device's peak FLOP/s for MFU; None: the table of known GPUs, or on the CPU a matmul measured once."""
+    """The device's peak FLOP/s for MFU; None: the table of known GPUs, or on the CPU measured (one core's matmul
+    rate per CPU-second, times torch's threads: load cannot shrink it)."""
 
     def __post_init__(self) -> None:
         check_int("ThroughputKwargs.log_every", self.log_every, minimum=1)

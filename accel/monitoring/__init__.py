@@ -1,4 +1,4 @@
-"""Run monitors: throughput and MFU (throughput.py, peaks.py, inputs.py) and loss spikes (spikes.py).
+"""Run monitors: throughput and MFU (throughput.py, peaks.py, cpu_peak.py, inputs.py) and loss spikes (spikes.py).
 
 The Accelerator builds them (accel/accelerator/monitoring_methods.py) when asked for with
 ThroughputKwargs / SpikeDetectionKwargs or the settings log_throughput / spike_detection.

@@ -1,17 +1,22 @@
-"""The device's peak FLOP/s, the denominator of MFU: a table of known GPUs, or on the CPU a matmul measured once.
+"""The device's peak FLOP/s, the denominator of MFU: a table of known GPUs, or on the CPU measured (cpu_peak.py).
 
 The table holds the dense (no structured sparsity) tensor-core peaks of each GPU's data sheet,
 per matmul dtype: "bf16" (also fp16), "fp8", "tf32" (fp32 matmuls where torch allows TF32) and
 "fp32". A GPU or dtype missing from the table has no peak: MFU is then left out, unless
 ThroughputKwargs(peak_flops=...) gives one.
+
+MFU is a fraction of a physical limit, so `utilization` never gives more than 1: a rate above the
+peak means the peak (or the FLOP count) is wrong, and MFU is then unknown (None, with a warning
+once), never a figure above 100%.
 """
 
 from __future__ import annotations
 
-import functools
-import time
+import warnings
 
 import torch
+
+from accel.monitoring.cpu_peak import cpu_peak
 
 _T = 1e12
 PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
@@ -52,29 +57,60 @@ def table_peak(device_name: str, compute_dtype: torch.dtype) -> float | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def measured_cpu_peak(size: int = 512, repeats: int = 5) -> float:
-    """FLOP/s of the fastest of `repeats` fp32 matmuls of `size` x `size` on this CPU, measured once per process.
+def measured_cpu_peak(compute_dtype: torch.dtype = torch.float32) -> float | None:
+    """This CPU's peak FLOP/s for matmuls in `compute_dtype` with torch's threads, measured once (cpu_peak.py)."""
+    return cpu_peak(compute_dtype)
 
-    A stand-in for the CPU's peak: what its BLAS reaches on a square product, with the threads
-    torch uses (on a machine shared with other work, less than the hardware could).
+
+def device_peak(
+    device: torch.device, compute_dtype: torch.dtype, configured: float | None, measure_again: bool = False
+) -> float | None:
+    """The peak MFU is measured against: `configured` when given, else the GPU table, else on the CPU measured.
+
+    `measure_again` measures the CPU's peak again (keeping the best), for a rate found above it.
     """
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)  # the first call sets the BLAS up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / max(best, 1e-9)
-
-
-def device_peak(device: torch.device, compute_dtype: torch.dtype, configured: float | None) -> float | None:
-    """The peak MFU is measured against: `configured` when given, else the GPU table, else on the CPU measured."""
     if configured is not None:
         return configured
     if device.type == "cpu":
-        return measured_cpu_peak()
+        return cpu_peak(compute_dtype, measure_again)
     if device.type == "cuda":
         return table_peak(torch.cuda.get_device_name(device), compute_dtype)
     return None
+
+
+_said_unknown: set[tuple[str, torch.dtype]] = set()
+"""(device type, dtype) whose MFU was found unknown and said so (once each)."""
+
+
+def utilization(
+    flops_per_s: float, device: torch.device, compute_dtype: torch.dtype, configured: float | None
+) -> float | None:
+    """MFU: `flops_per_s` over the device's peak, a fraction of at most 1; None where there is no peak or the
+    rate exceeds it.
+
+    A measured CPU peak below the rate is measured again first (the best of both kept); a rate still
+    above the peak is not MFU but a wrong peak or FLOP count, said once per device type and dtype.
+    """
+    peak = device_peak(device, compute_dtype, configured)
+    if peak and flops_per_s > peak and configured is None and device.type == "cpu":
+        peak = device_peak(device, compute_dtype, configured, measure_again=True)
+    if not peak:
+        return None
+    if flops_per_s > peak:
+        _say_unknown(device, compute_dtype, flops_per_s, peak, configured is not None)
+        return None
+    return flops_per_s / peak
+
+
+def _say_unknown(device: torch.device, compute_dtype: torch.dtype, flops_per_s: float, peak: float, configured: bool) -> None:
+    """Warn, once per device type and dtype, that MFU is left out because the rate exceeds the peak."""
+    if (device.type, compute_dtype) in _said_unknown:
+        return
+    _said_unknown.add((device.type, compute_dtype))
+    source = "ThroughputKwargs(peak_flops=...)" if configured else f"the {device.type} peak for {compute_dtype}"
+    warnings.warn(
+        f"MFU left out (unknown): {flops_per_s / 1e12:.3g} TFLOP/s were counted, more than {source}, "
+        f"{peak / 1e12:.3g} TFLOP/s. Either the peak is too low (give ThroughputKwargs(peak_flops=...)) or the "
+        "FLOP count is too high (give flops_per_token=...).",
+        stacklevel=2,
+    )

@@ -7,7 +7,9 @@ monitor off nothing is hooked, so the training step runs exactly the code it run
 
 The first step is not timed (set-up, compilation and the FLOP count happen in it). From then
 on, every `log_every` steps the window's numbers are computed (after waiting for the device, so
-that queued work is counted where it ran) and handed to `log`.
+that queued work is counted where it ran) and handed to `log`; `latest_window` says which steps
+they cover, so that a progress line can show rates of one window and name it. MFU is at most 1:
+where the counted rate exceeds the device's peak it is left out (peaks.utilization).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accel.kwargs_handlers.monitoring import ThroughputKwargs
 from accel.monitoring.inputs import count_call
-from accel.monitoring.peaks import device_peak
+from accel.monitoring.peaks import utilization
 
 Log = Callable[[dict[str, float], int], None]
 """Receives each window's numbers and the optimizer step they end at."""
@@ -52,6 +54,8 @@ class ThroughputMonitor:
         """Optimizer steps seen."""
         self.latest: dict[str, float] = {}
         """The last window's numbers (empty until the first window ends)."""
+        self.latest_window: tuple[int, int] | None = None
+        """The first and last optimizer step the last window's numbers cover (None until the first window ends)."""
         self.flops_per_token = options.flops_per_token
         self.flops_per_sample = options.flops_per_sample
         self._counter: FlopCounterMode | None = None
@@ -94,6 +98,7 @@ class ThroughputMonitor:
         self._window_steps += 1
         if self._window_steps >= self.options.log_every:
             self.latest = self._window_numbers()
+            self.latest_window = (self.steps - self._window_steps + 1, self.steps)
             self._log(self.latest, self.steps)
             self._start_window()
 
@@ -137,9 +142,9 @@ class ThroughputMonitor:
         flops = self._window_flops(samples, tokens)
         if flops is not None:
             numbers["tflops_per_device"] = flops / elapsed / 1e12
-            peak = device_peak(self.device, self.compute_dtype, self.options.peak_flops)
-            if peak:
-                numbers["mfu"] = flops / elapsed / peak
+            mfu = utilization(flops / elapsed, self.device, self.compute_dtype, self.options.peak_flops)
+            if mfu is not None:
+                numbers["mfu"] = mfu
         return {PREFIX + name: value for name, value in numbers.items()}
 
     def _window_flops(self, samples: int, tokens: int) -> float | None:

@@ -109,8 +109,9 @@ def test_the_contention_hint_needs_a_low_share() -> None:
     assert "fewer processes" in (contention_hint(cpu_seconds=0.2, wall_seconds=1.0, threads=1) or "")
 
 
-def test_the_progress_line_shows_tokens_per_second_and_mfu() -> None:
-    """ThroughputKwargs' first window ends at step 11 (the first step is not timed): step 12's line shows it."""
+def test_the_progress_line_shows_the_rates_of_one_named_window() -> None:
+    """ThroughputKwargs' first window ends at step 11 (the first step is not timed): step 12's line shows it, steps
+    2-11, with steps/s, tok/s and MFU all from that window (tok/s is steps/s times the tokens of a step)."""
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--steps", "12", "--batch_size", "2", "--eval_interval", "0", "--report_dir", "",
          "--log_interval", "6"],
@@ -118,5 +119,21 @@ def test_the_progress_line_shows_tokens_per_second_and_mfu() -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("step ") and "/12 | loss" in line]
-    assert "tok/s" not in lines[0]  # step 6: no window has ended yet
-    assert re.search(r"step 12/12 \| loss [\d.]+ \| [\d.]+ steps/s \| [\d,]+ tok/s \| MFU [\d.]+% \| no$", lines[1]), lines
+    assert "steps/s" not in lines[0] and "tok/s" not in lines[0]  # step 6: no window has ended yet
+    match = re.search(r"step 12/12 \| loss [\d.]+ \| steps 2-11: ([\d.]+) steps/s, ([\d,]+) tok/s, MFU ([\d.]+)% \| no$",
+                      lines[1])
+    assert match is not None, lines
+    steps_per_s, tokens_per_s, mfu = float(match[1]), float(match[2].replace(",", "")), float(match[3])
+    tokens_per_step = 2 * 64  # --batch_size 2, the GPT's block_size 64
+    # steps/s is printed to 0.005: tok/s over steps/s is a step's tokens within that rounding
+    assert tokens_per_s / steps_per_s == pytest.approx(tokens_per_step, rel=0.005 / steps_per_s + 1e-3)
+    assert 0 < mfu <= 100
+
+
+def test_the_progress_line_says_when_mfu_is_unknown() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from train_gpt import throughput_text
+
+    numbers = {"throughput/step_time_s": 0.25, "throughput/tokens_per_s": 512.0, "throughput/tflops_per_device": 1.0}
+    assert throughput_text(numbers, (12, 21)) == " | steps 12-21: 4.00 steps/s, 512 tok/s, MFU unknown"
+    assert throughput_text({}, None) == ""

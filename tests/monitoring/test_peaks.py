@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel.monitoring.peaks import device_peak, measured_cpu_peak, table_peak
+from accel.monitoring import cpu_peak, peaks
+from accel.monitoring.peaks import device_peak, measured_cpu_peak, table_peak, utilization
 
 
 @pytest.mark.parametrize(
@@ -42,9 +43,48 @@ def test_fp32_uses_tf32_where_torch_allows_it() -> None:
         torch.set_float32_matmul_precision(before)
 
 
-def test_the_cpu_peak_is_measured_once_and_a_configured_one_wins() -> None:
+def test_the_cpu_peak_is_measured_once_per_dtype_and_a_configured_one_wins() -> None:
     measured = measured_cpu_peak()
-    assert 1e7 < measured < 1e14  # a real rate, from 10 MFLOP/s to 100 TFLOP/s
+    assert measured is not None and 1e7 < measured < 1e14  # a real rate, from 10 MFLOP/s to 100 TFLOP/s
     assert measured_cpu_peak() == measured
     assert device_peak(torch.device("cpu"), torch.float32, None) == measured
     assert device_peak(torch.device("cpu"), torch.float32, 5e9) == 5e9
+    # one core's rate times torch's threads (at most the physical cores)
+    threads = min(torch.get_num_threads(), cpu_peak.physical_cores())
+    assert measured == pytest.approx(cpu_peak.core_rate(torch.float32) * threads)
+
+
+def test_fp8_on_the_cpu_is_measured_as_what_it_runs_in_and_other_dtypes_have_no_peak() -> None:
+    fp8 = cpu_peak.cpu_peak(torch.float8_e4m3fn)
+    assert fp8 == max(cpu_peak.cpu_peak(torch.bfloat16) or 0.0, cpu_peak.cpu_peak(torch.float32) or 0.0)
+    assert cpu_peak.cpu_peak(torch.int8) is None
+
+
+def test_measuring_again_keeps_the_best_and_leaves_the_random_stream_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_peak, "_core_rates", {torch.float32: 1e15})  # a best no measurement reaches
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    assert cpu_peak.core_rate(torch.float32, measure_again=True) == 1e15
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_no_mfu_above_one_a_low_cpu_peak_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_peak, "_core_rates", {torch.float32: 1.0})  # as if measured on a starved core
+    cpu = torch.device("cpu")
+    mfu = utilization(1e9, cpu, torch.float32, None)  # 1 GFLOP/s: above that peak, below any real one
+    assert mfu is not None and 0 < mfu < 1
+    assert cpu_peak.core_rate(torch.float32) > 1e8  # measured again, the real rate kept
+
+
+def test_no_mfu_above_one_a_rate_above_the_peak_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peaks, "_said_unknown", set())
+    cpu = torch.device("cpu")
+    with pytest.warns(UserWarning, match=r"MFU left out \(unknown\): 2 TFLOP/s .*peak_flops"):
+        assert utilization(2e12, cpu, torch.float32, 1e12) is None
+    assert utilization(0.5e12, cpu, torch.float32, 1e12) == 0.5
+    h100 = torch.device("cuda")  # the table's peak: a rate above it is unknown too
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    with pytest.warns(UserWarning, match="the cuda peak"):
+        assert utilization(2000e12, h100, torch.bfloat16, None) is None
+    assert utilization(494.7e12, h100, torch.bfloat16, None) == pytest.approx(0.5)

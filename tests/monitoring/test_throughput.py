@@ -63,6 +63,7 @@ def test_the_first_step_flops_are_counted_exactly_and_each_window_is_logged() ->
     assert monitor.flops_per_sample == MLP_FLOPS_PER_SAMPLE and monitor.flops_per_token is None
     # the first step is not timed: windows end at steps 4 and 7
     assert [step for _, step in recorder.logged] == [4, 7]
+    assert monitor.latest_window == (5, 7)  # the steps the numbers cover
     values = recorder.logged[-1][0]
     assert values == accelerator.throughput
     assert "throughput/tokens_per_s" not in values  # float inputs carry no tokens
