@@ -1,5 +1,5 @@
 """`accel launch`: the plan from flags, config file and defaults; the processes it starts (one child,
-or torch.distributed.run); and the report of the first failure among them.
+or torch.distributed.run); and the report of the failure that caused the others.
 
 The modules, by job:
 
@@ -15,6 +15,6 @@ The modules, by job:
 * stalls: stall_watch.py (processes waiting in a collective that another has not joined, reported),
   stacks.py (every thread's Python stack asked of a worker, shown as a traceback);
 * failures: first_failure.py (each process's failure recorded, one traceback printed for all),
-  lost_machine.py (the machine at fault when several run: one that never joined, or one lost
-  mid-run).
+  cause.py (which process's failure caused the others), lost_machine.py (the machine at fault when
+  several run: one that never joined, or one lost mid-run).
 """

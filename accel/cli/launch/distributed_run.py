@@ -12,7 +12,9 @@ wrapper runs the same launcher (same arguments, same rendezvous), but:
 * a rank missing from a collective the others have waited in for stall_report_after seconds is
   named with its stack, and training goes on (stall_watch.py); when a collective times out, the
   stacks of the ranks that never joined it come with the failure;
-* a failure is reported in one line naming the rank, with that worker's exit status.
+* a failure is reported in one line naming the rank that caused it, with that worker's exit status
+  (the first to fail on its own, not a peer that failed because it left: cause.py), after one line
+  for each process that followed it.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from accel.cli.errors import CliError
+from accel.cli.launch.cause import Cause, find_cause, follower_lines
 from accel.cli.launch.children import CHECK_VARIABLE, SEPARATOR, exit_status, failure_line
-from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line, repeat_lines
+from accel.cli.launch.first_failure import elsewhere_line, first_record, never_joined_line
 from accel.cli.launch.lost_machine import lost_machine_line, machine_0_missing, rendezvous_timeout_line
 from accel.cli.launch.rank_grace import DEFAULT_GRACE_S, RanksDidNotFinish, rank_exit_grace
 from accel.cli.launch.rendezvous import CPP_LOG_VARIABLE
@@ -38,8 +41,6 @@ from accel.cli.launch.worker import AGENT_PID_VARIABLE, FAILURES_VARIABLE, STALL
 from accel.settings import RANK_EXIT_GRACE, STALL_REPORT_AFTER
 
 COMMAND = "accel launch"
-UNCAUGHT_EXCEPTION_STATUS = 1
-"""Python's exit status when the script ends with an uncaught exception."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,74 +130,70 @@ def _run(
             last_stacks[:] = watch.stacks_of(running)
 
     try:
-        try:
-            restarting = lambda found, number, most: _restarting(found, number, most, failures)  # noqa: E731
-            with rank_exit_grace(grace, restarting, before_stop) as seen:
-                run(args)
-        finally:
-            for line in repeat_lines(failures):
-                print(line, file=sys.stderr, flush=True)
+        # `seen` is read when a restart happens, after `with ... as seen` has bound it to the agent's record
+        restarting = lambda found, number, most: _restarting(  # noqa: E731
+            found, number, most, failures, seen.get("running", []))
+        with rank_exit_grace(grace, restarting, before_stop) as seen:
+            run(args)
     except ChildFailedError as error:
-        first, running = first_record(failures), seen.get("running", [])
-        rank, status = _first_failure(error, first, running)
-        for line in last_stacks:
-            print(line, file=sys.stderr, flush=True)
-        for note in (never_joined_line(first, running, _world_size(args)), elsewhere_line(failures, first)):
-            if note:
-                print(note, file=sys.stderr, flush=True)
-        print(failure_line(label, status, f" (rank {rank} of {_world_size(args)})"), file=sys.stderr, flush=True)
-        lost = lost_machine_line(args, error, first, running, label)
-        if lost:  # last: the cause, when it was another machine
-            print(lost, file=sys.stderr, flush=True)
-        return exit_status(status)
+        return _report_failure(error, args, label, failures, seen.get("running", []), last_stacks)
     except RanksDidNotFinish as error:
-        print(_did_not_finish(error, label, _world_size(args)), file=sys.stderr, flush=True)
+        _print(*follower_lines(failures, None), _did_not_finish(error, label, _world_size(args)))
         return 1
     except SignalException as error:
-        print(f"accel launch: stopped by {error.sigval.name}; the workers were stopped", file=sys.stderr, flush=True)
+        _print(*follower_lines(failures, None), f"accel launch: stopped by {error.sigval.name}; the workers were stopped")
         return exit_status(-int(error.sigval))
     except Exception as error:  # the launcher itself failed (rendezvous, port in use): one line, not its traceback
-        print(f"accel launch: {_start_failure(error, args, label)}", file=sys.stderr, flush=True)
+        _print(*follower_lines(failures, None), f"accel launch: {_start_failure(error, args, label)}")
         return 1
+    _print(*follower_lines(failures, None))
     return 0
 
 
-def _restarting(found: dict[int, Any], number: int, most: int, failures: Path) -> None:
+def _print(*lines: str | None) -> None:
+    """Each line that is not None to stderr, at once (the workers' output shares the terminal)."""
+    for line in lines:
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+
+
+def _report_failure(
+    error: Any, args: argparse.Namespace, label: str, failures: Path, stopped: list[int], last_stacks: list[str]
+) -> int:
+    """Print the lines about the processes that followed the cause, then the cause's line; its exit status
+    as a shell's. `stopped`: the ranks torchrun stopped, still running, once a worker had failed."""
+    cause = _cause(error, failures, stopped)
+    world = _world_size(args)
+    _print(*follower_lines(failures, cause, stopped), *last_stacks)
+    _print(never_joined_line(cause.record, stopped, world), elsewhere_line(failures, cause.record))
+    _print(failure_line(label, cause.status, f" (rank {cause.rank} of {world})"))
+    _print(lost_machine_line(args, error, cause.record, stopped, label))  # last: the cause, when it was another machine
+    return exit_status(cause.status)
+
+
+def _cause(error: Any, failures: Path, stopped: Sequence[int]) -> Cause:
+    """The failure that caused the others (cause.find_cause over torchrun's failures); torchrun's own first
+    failure when no process failed in a way find_cause can tell (its records gone)."""
+    exits = {rank: failure.exitcode for rank, failure in getattr(error, "failures", {}).items()}
+    cause = find_cause(failures, exits, stopped)
+    if cause is not None:
+        return cause
+    rank, failure = error.get_first_failure()
+    return Cause(rank, failure.exitcode)
+
+
+def _restarting(found: dict[int, Any], number: int, most: int, failures: Path, stopped: Sequence[int]) -> None:
     """Before restart `number` of `most`: the lines about the attempt that failed, then one saying it restarts.
 
     The failures folder is emptied, so that the next attempt's first failure is its own.
     """
-    for line in repeat_lines(failures):
-        print(line, file=sys.stderr, flush=True)
-    claimed = first_record(failures).get("rank")
-    ranks = [claimed] if claimed in found else sorted(rank for rank, failure in found.items() if failure.exitcode >= 0)
-    what = f"rank {', '.join(map(str, ranks or sorted(found)))} failed"
-    print(f"{COMMAND}: {what}; restarting every process of this machine (restart {number} of {most}); a script "
-          "that loads its last checkpoint at start goes on from there", file=sys.stderr, flush=True)
+    cause = find_cause(failures, {rank: failure.exitcode for rank, failure in found.items()}, stopped)
+    _print(*follower_lines(failures, cause, stopped))
+    what = f"rank {cause.rank if cause is not None else ', '.join(map(str, sorted(found)))} failed"
+    _print(f"{COMMAND}: {what}; restarting every process of this machine (restart {number} of {most}); a script "
+           "that loads its last checkpoint at start goes on from there")
     for path in failures.iterdir():
         path.unlink(missing_ok=True)
-
-
-def _first_failure(error: Any, record: dict[str, Any], stopped: Sequence[int]) -> tuple[int, int]:
-    """(rank, exit code) of the failure to report: a worker killed by a signal nobody in the job sent
-    (`stopped`: the ranks the launcher stopped) unless another raised an error of its own; else the
-    worker of `record` (first_failure.first_record: the failure that caused the others); else
-    torchrun's first failure.
-
-    A worker killed from outside (the out-of-memory killer) prints nothing, and the others fail only
-    because it left them: their tracebacks are not the cause. The first worker to raise may still be
-    tearing down when a later one's exit makes torchrun stop it; it was on its way to Python's status
-    for an uncaught exception, 1, which is reported then.
-    """
-    found = getattr(error, "failures", {})
-    killed = sorted(rank for rank, failure in found.items() if failure.exitcode < 0 and rank not in stopped)
-    claimed = record.get("rank")
-    if killed and (claimed not in found or record.get("lost_peer")):
-        return killed[0], found[killed[0]].exitcode
-    if claimed is not None and claimed in found:
-        return claimed, found[claimed].exitcode if found[claimed].exitcode >= 0 else UNCAUGHT_EXCEPTION_STATUS
-    rank, failure = error.get_first_failure()
-    return rank, failure.exitcode
 
 
 def _did_not_finish(error: RanksDidNotFinish, label: str, world: str) -> str:

@@ -10,24 +10,33 @@ excepthook (FirstFailure, installed by worker.py) meets the others in a folder t
   traceback;
 * a process that fails the same way as the first, or only because the first died under it (a
   collective that lost its peer), prints nothing and marks its file `"shown": false`;
-* a process with a failure of its own prints its own traceback: it is not a repeat.
+* a process that lost its peer before any other process claimed a failure prints nothing either:
+  the peer may have left without a word (`sys.exit(3)` before its report, a SIGKILL). Its file
+  keeps the traceback (`"traceback"`), which the wrapper prints only when no other process failed
+  on its own (cause.py);
+* a process with a failure of its own prints its own traceback: it is not a repeat;
+* a script that ends with `sys.exit(N)`, N not 0, writes its file too (`exited`, called by worker.py;
+  there is no traceback to print), so that its status is a failure of its own, not a peer's.
 
 While the hook runs, SIGTERM waits (`_stop_deferred`): the launcher stops every process as soon
 as one has failed, and a second process failing at nearly the same moment would otherwise be
 stopped halfway through writing its own traceback. It is acted on when the hook is done.
 
-After the workers have ended, the wrapper prints one line for each file marked not shown
-(`repeat_lines`) and names the first one's rank (`first_rank`). Stdlib-only (see worker.py).
+Each file says when it was written (`"at"`, wall-clock seconds). After the workers have ended, the
+wrapper decides which failure caused the others and prints one line for each of them (cause.py).
+Stdlib-only (see worker.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +45,6 @@ from typing import Any
 
 FIRST = "first.json"
 """The claim of the first process that failed: its rank<N>.json, linked."""
-_LINE_LIMIT = 160
-"""Characters of an error message in a one-line report."""
 
 
 class FirstFailure:
@@ -50,37 +57,71 @@ class FirstFailure:
         with _stop_deferred():
             self._report(kind, value, tb)
 
+    def exited(self, code: object) -> None:
+        """Record a SystemExit with a non-zero status (`code` as `sys.exit` got it): a failure of this
+        process's own, which leaves no traceback, and which a peer that loses its connection must not outrun."""
+        status = system_exit_status(code)
+        if status == 0:
+            return
+        with _stop_deferred():
+            self._claim({"rank": self.rank, "summary": f"SystemExit: {code}", "shown": True, "lost_peer": False,
+                         "exit": status, "at": time.time()})
+
     def _report(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        at = time.time()  # when it failed, before the report's own work
         tb = _without_frames(tb, self.hidden_files)
         value = value.with_traceback(tb)
         summary = "".join(traceback.format_exception_only(kind, value)).strip()
         record = {"rank": self.rank, "summary": summary, "shown": True, "lost_peer": lost_peer(value),
-                  "operation": getattr(value, "operation", None), "reason": getattr(value, "reason", None)}
-        first = self._claim(record)
+                  "operation": getattr(value, "operation", None), "reason": getattr(value, "reason", None), "at": at}
+        text = self._text(kind, value, tb) if record["lost_peer"] else None
+        claimed, first = self._claim(record if text is None else {**record, "shown": False, "traceback": text})
         if first is not None and (first.get("summary") == summary or lost_peer(value)):
             same = first.get("summary") == summary
             self._write({**record, "shown": False, "same": same, "first": first.get("rank")})
             return
-        self.previous(kind, value, tb)
+        if text is None:
+            self.previous(kind, value, tb)
+        elif not claimed:  # the folder is gone: print it as a plain script would
+            sys.stderr.write(text)
+        # else the first to fail, but only because a peer left: the wrapper prints it, or a line (cause.py)
+
+    def _text(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> str:
+        """What the previous hook would print for this error, captured instead of printed."""
+        buffer = io.StringIO()
+        with contextlib.redirect_stderr(buffer):
+            self.previous(kind, value, tb)
+        return buffer.getvalue()
 
     def _write(self, record: dict[str, Any]) -> Path:
         mine = self.folder / f"rank{self.rank}.json"
         mine.write_text(json.dumps(record), encoding="utf-8")
         return mine
 
-    def _claim(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """None when this process is the first to fail (or the folder is gone); else the first one's record."""
+    def _claim(self, record: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+        """Write `record`; (True, None) when this process is the first to fail, (False, the first one's
+        record) when another was, (False, None) when the folder is gone (the wrapper ended) or unreadable."""
         claim = self.folder / FIRST
         try:
             os.link(self._write(record), claim)
-            return None
+            return True, None
         except FileExistsError:
             try:
-                return dict(json.loads(claim.read_text(encoding="utf-8")))
+                return False, dict(json.loads(claim.read_text(encoding="utf-8")))
             except (OSError, ValueError):
-                return None
-        except OSError:  # the folder is gone (the wrapper ended): behave as a plain script
-            return None
+                return False, None
+        except OSError:  # the folder is gone: behave as a plain script
+            return False, None
+
+
+def system_exit_status(code: object) -> int:
+    """The exit status Python gives `sys.exit(code)`: None -> 0, an int -> itself modulo 256 (as the OS
+    keeps it), anything else (a message, printed) -> 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code % 256
+    return 1
 
 
 @contextlib.contextmanager
@@ -133,25 +174,36 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _records(folder: Path) -> list[dict[str, Any]]:
+def records(folder: Path) -> list[dict[str, Any]]:
     """Every failing process's record, in rank order."""
-    records = [record for path in folder.glob("rank*.json") if (record := _read(path)) is not None]
-    return sorted(records, key=lambda record: record["rank"])
+    found = [record for path in folder.glob("rank*.json") if (record := _read(path)) is not None]
+    return sorted(found, key=lambda record: record["rank"])
+
+
+def claim_record(folder: Path) -> dict[str, Any] | None:
+    """The record of the first process that failed (its claim), or None when none claimed."""
+    return _read(folder / FIRST)
 
 
 def first_record(folder: Path) -> dict[str, Any]:
     """The record of the failure that caused the others (rank, summary, operation, reason): the first
     failing process's, unless it only lost a peer and another process failed on its own (a collective
-    that timed out there can close the connections before that process's report is written); {} when
-    none claimed it."""
-    record = _read(folder / FIRST)
+    that timed out there can close the connections before that process's report is written: the
+    earliest of those); {} when none claimed it. cause.find_cause adds the processes that left no record."""
+    record = claim_record(folder)
     if record is None:
         return {}
     if record.get("lost_peer"):
-        own = [other for other in _records(folder) if not other.get("lost_peer")]
+        own = [other for other in records(folder) if not other.get("lost_peer")]
         if own:
-            return own[0]
+            return min(own, key=failed_at)
     return record
+
+
+def failed_at(record: dict[str, Any]) -> tuple[float, int]:
+    """A record's sort key, earliest failure first: when it failed (records without a time last), then its rank."""
+    at = record.get("at")
+    return (float(at) if isinstance(at, (int, float)) else float("inf"), int(record["rank"]))
 
 
 def never_joined_line(first: dict[str, Any], running: list[int], world: str) -> str | None:
@@ -174,7 +226,7 @@ def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
     if first.get("reason") != "timeout" or not first.get("operation"):
         return None
     elsewhere = [
-        (record["rank"], str(record["operation"])) for record in _records(folder)
+        (record["rank"], str(record["operation"])) for record in records(folder)
         if record["rank"] != first["rank"] and record.get("operation") and record.get("operation") != first["operation"]
     ]
     if not elsewhere:
@@ -185,20 +237,3 @@ def elsewhere_line(folder: Path, first: dict[str, Any]) -> str | None:
         "different collectives at this point (a collective inside `if accelerator.is_main_process:`, such as "
         "gather or reduce, is a common cause)"
     )
-
-
-def repeat_lines(folder: Path) -> list[str]:
-    """One line for each failing process whose traceback was not printed, in rank order."""
-    lines = []
-    for record in _records(folder):
-        if record.get("shown", True):
-            continue
-        last = str(record.get("summary", "")).strip().splitlines()[-1:] or ["?"]
-        error = last[0] if len(last[0]) <= _LINE_LIMIT else last[0][: _LINE_LIMIT - 3] + "..."
-        if record.get("same"):
-            what = f"failed the same way as rank {record.get('first')} ({error}); its traceback is not repeated"
-        else:
-            where = f" in {record['operation']}" if record.get("operation") else ""
-            what = f"stopped{where} because rank {record.get('first')} failed first"
-        lines.append(f"accel launch: rank {record.get('rank')} {what}")
-    return lines

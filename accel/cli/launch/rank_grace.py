@@ -53,8 +53,9 @@ def _grace_agent(
 ) -> type[LocalElasticAgent]:
     """A subclass of torchrun's LocalElasticAgent (`base`) that enforces `grace`.
 
-    When a worker fails, `seen["running"]` lists the ranks that were still running then, which
-    torchrun stopped (by a signal): after a collective timeout, those that never joined it.
+    When torchrun stops the workers, `seen["running"]` lists the ranks that were still running at that
+    moment, which it stopped (by a signal) and which therefore did not fail on their own: after a
+    collective timeout, those that never joined it (see _note_stop).
     Before a restart (max_restarts), `on_restart` is told which workers failed; when a worker has
     failed, `before_stop` is told which are still running, before torchrun stops them.
     """
@@ -79,17 +80,10 @@ def _grace_agent(
             os.environ[ROUND_VARIABLE] = round_name(worker_group.store, worker_group.group_rank)  # the workers inherit it
 
         def _monitor_workers(self, worker_group: Any) -> Any:
-            before = _exit_codes(self._pcontext, worker_group)
-            if before_stop is not None and any(code for code in before.values()):
-                before_stop(sorted(rank for rank, code in before.items() if code is None))
+            _note_stop(self._pcontext, worker_group, seen, before_stop)
             result = super()._monitor_workers(worker_group)  # on a failure, it stops the others at once
             if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
                 self._failures = dict(result.failures)
-            if result.state == WorkerState.FAILED:
-                seen["running"] = sorted(
-                    rank for rank, failure in result.failures.items()
-                    if rank in before and before[rank] is None and failure.exitcode < 0
-                )
             if result.state != WorkerState.HEALTHY:
                 return result
             codes = _exit_codes(self._pcontext, worker_group)
@@ -135,12 +129,45 @@ def _exit_codes(pcontext: Any, worker_group: Any) -> dict[int, int | None]:
     }
 
 
+_NOTED = "_accel_stop_noted"
+"""Marks a process context whose close _note_stop already wraps."""
+
+
+def _note_stop(pcontext: Any, worker_group: Any, seen: dict[str, Any], before_stop: BeforeStop | None) -> None:
+    """Wrap `pcontext.close` (once) so that the ranks still running when torchrun first closes it are noted
+    in `seen["running"]`, and `before_stop` is told them when a worker has failed, just before they are stopped.
+
+    Noted at the stop itself, not at a poll before it: a worker that exits (or is killed from outside)
+    between that poll and torchrun's own is one that ended on its own, and must not be taken for one
+    that the launcher stopped. A process context that cannot be wrapped is left as it is.
+    """
+    if pcontext is None or getattr(pcontext, _NOTED, False):
+        return
+    close, done = pcontext.close, list[bool]()
+
+    def noting_close(*args: Any, **kwargs: Any) -> Any:
+        if not done:
+            done.append(True)
+            codes = _exit_codes(pcontext, worker_group)
+            running = sorted(rank for rank, code in codes.items() if code is None)
+            seen["running"] = running
+            if before_stop is not None and running and any(codes.values()):
+                before_stop(running)
+        return close(*args, **kwargs)
+
+    try:
+        pcontext.close = noting_close
+        setattr(pcontext, _NOTED, True)
+    except AttributeError:
+        return
+
+
 @contextlib.contextmanager
 def rank_exit_grace(
     grace: float, on_restart: OnRestart | None = None, before_stop: BeforeStop | None = None
 ) -> Iterator[dict[str, Any]]:
     """While inside, torch.distributed.run's launcher uses the grace-period agent; yields what it saw
-    (`"running"`: the ranks still running when a worker failed). `on_restart`, `before_stop`: see their types."""
+    (`"running"`: the ranks still running when torchrun stopped the workers). `on_restart`, `before_stop`: see their types."""
     from torch.distributed.launcher import api
 
     original = api.LocalElasticAgent

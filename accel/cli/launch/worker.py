@@ -11,7 +11,10 @@ do for itself early enough:
   on the launcher's request (accel/distributed/stall_marks.py);
 * it installs an excepthook so that when several processes fail the same way, only the first
   prints its traceback, and the wrapper prints one line for each of the others
-  (first_failure.py). The traceback starts at the script's own frames, as `python script.py`'s.
+  (first_failure.py). The traceback starts at the script's own frames, as `python script.py`'s;
+* a script that ends with `sys.exit(N)`, N not 0, is recorded as failing on its own before the
+  process ends and its connections close (a SystemExit never reaches the excepthook): otherwise
+  a peer that lost its connection to it would report first, and be blamed (cause.py).
 
 Stdlib-only, and it imports nothing of torch: the script may set variables (CUDA_VISIBLE_DEVICES)
 before it imports torch itself.
@@ -54,9 +57,20 @@ def main(argv: Sequence[str]) -> None:
         except OSError as error:  # the launcher's temporary folder unwritable: run on, without stall reports
             print(f"accel launch: no stall report for this process ({error})", file=sys.stderr, flush=True)
     folder = os.environ.pop(FAILURES_VARIABLE, None)
+    hook: FirstFailure | None = None
     if folder:
         hidden = (__file__, runpy.__file__)  # the bootstrap's frames, above the script's
-        sys.excepthook = FirstFailure(Path(folder), os.environ.get("RANK", "?"), sys.excepthook, hidden)
+        hook = sys.excepthook = FirstFailure(Path(folder), os.environ.get("RANK", "?"), sys.excepthook, hidden)
+    try:
+        _run(mode, target, args)
+    except SystemExit as stop:
+        if hook is not None:
+            hook.exited(stop.code)
+        raise
+
+
+def _run(mode: str, target: str, args: list[str]) -> None:
+    """Run the script (or module) `target` with `args` as __main__, as `python script.py args` would."""
     if mode == "module":
         sys.argv = [target, *args]
         runpy.run_module(target, run_name="__main__", alter_sys=True)
