@@ -20,3 +20,26 @@ def clean_accel_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name.startswith(("ACCEL_", "ACCELERATE_", "FSDP_")):
             monkeypatch.delenv(name)
     yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings_once() -> None:
+    """Each test sees accel's said-once warnings as a fresh process would: which tests ran before it in the
+    same worker process (pytest-xdist hands them out as they finish) must not decide whether it warns."""
+    from accel import _warnings
+
+    _warnings._given.clear()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`-n`, set in pyproject.toml), keep a module's tests on one worker when the
+    module has a fixture shared beyond one test (module, class or package scope: a multi-process training run
+    whose results several tests read), so that it runs once rather than once per worker; every other test
+    is handed out on its own (`--dist loadgroup`)."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is None:
+            continue
+        scopes = {definition.scope for definitions in fixtures.name2fixturedefs.values() for definition in definitions}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

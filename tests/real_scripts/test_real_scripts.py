@@ -103,7 +103,10 @@ def runs(request: pytest.FixtureRequest, standins: Path, tmp_path_factory: pytes
     return _RUNS[name, processes]
 
 
-PARAMS = [pytest.param((name, processes), id=f"{name}-{processes}proc") for name in CASES for processes in (1, 2)]
+# A case's tests share its runs (_RUNS, one per process): under pytest-xdist they go to one worker together.
+PARAMS = [pytest.param((name, processes), id=f"{name}-{processes}proc",
+                       marks=pytest.mark.xdist_group(f"real_scripts-{name}-{processes}"))
+          for name in CASES for processes in (1, 2)]
 RESUME_PARAMS = [param for param in PARAMS if CASES[param.values[0][0]].resume]  # type: ignore[index]
 
 
