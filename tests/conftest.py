@@ -31,6 +31,7 @@ def fresh_warnings_once() -> None:
     _warnings._given.clear()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n`, set in pyproject.toml), keep a module's tests on one worker when the
     module has a fixture shared beyond one test (module, class or package scope: a multi-process training run
