@@ -89,10 +89,12 @@ def utilization(
     rate exceeds it.
 
     A measured CPU peak below the rate is measured again first (the best of both kept); a rate still
-    above the peak is not MFU but a wrong peak or FLOP count, said once per device type and dtype.
+    above the peak is not MFU but a wrong peak or FLOP count, said once per device type and dtype,
+    after which the peak is not measured again (that would cost every window a measurement).
     """
     peak = device_peak(device, compute_dtype, configured)
-    if peak and flops_per_s > peak and configured is None and device.type == "cpu":
+    said = (device.type, compute_dtype) in _said_unknown  # measured again already, in vain: not at every window
+    if peak and flops_per_s > peak and configured is None and device.type == "cpu" and not said:
         peak = device_peak(device, compute_dtype, configured, measure_again=True)
     if not peak:
         return None

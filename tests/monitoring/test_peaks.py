@@ -88,3 +88,15 @@ def test_no_mfu_above_one_a_rate_above_the_peak_is_unknown(monkeypatch: pytest.M
     with pytest.warns(UserWarning, match="the cuda peak"):
         assert utilization(2000e12, h100, torch.bfloat16, None) is None
     assert utilization(494.7e12, h100, torch.bfloat16, None) == pytest.approx(0.5)
+
+
+def test_a_peak_measured_again_in_vain_is_not_measured_at_every_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(peaks, "_said_unknown", set())
+    monkeypatch.setattr(cpu_peak, "_core_rates", {torch.float32: 1.0})
+    measured: list[torch.dtype] = []
+    monkeypatch.setattr(cpu_peak, "_measure_core_rate", lambda dtype: measured.append(dtype) or 1.0)  # stays low
+    cpu = torch.device("cpu")
+    with pytest.warns(UserWarning, match="MFU left out"):
+        assert utilization(1e9, cpu, torch.float32, None) is None
+    assert utilization(1e9, cpu, torch.float32, None) is None  # the next window: no warning, no measurement
+    assert measured == [torch.float32]
