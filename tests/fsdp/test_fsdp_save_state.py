@@ -142,5 +142,10 @@ def test_a_process_dying_while_writing_its_shards_leaves_no_checkpoint(resumed: 
     checkpoints = folder / "crash" / "checkpoints"  # process 1 died in torch.distributed.checkpoint's write
     assert resumed.of("crash_saving") == [["checkpoint_0"]] * 2  # both reached the second save
     assert [path.name for _, path in numbered_checkpoints(checkpoints)] == ["checkpoint_0"]
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_0"]  # process 0 removed the hidden folder
+    # Process 0 removes the hidden work folder when the save fails, unless the launcher, which stops every process
+    # once process 1 has died, stops it first (seen once on a loaded machine under pytest-xdist): then the hidden
+    # folder is what is left, and the next save clears it (tests/checkpointing/test_project.py's
+    # test_leftovers_of_killed_saves_are_hidden_and_cleared). Nothing else is there either way.
+    left = sorted(p.name for p in checkpoints.iterdir())
+    assert left[-1] == "checkpoint_0" and all(name.startswith(".checkpoint_1.tmp-") for name in left[:-1]), left
     open_checkpoint(checkpoints / "checkpoint_0", "checkpoint")  # the previous one is whole
