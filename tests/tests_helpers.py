@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
+
+from accel.tracking import GeneralTracker
 
 
 def make_regression(seed: int = 0, width: int = 16) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -14,3 +18,21 @@ def make_regression(seed: int = 0, width: int = 16) -> tuple[nn.Module, torch.Te
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(width, 32), nn.ReLU(), nn.Linear(32, 1))
     return model, x, y
+
+
+class Recorder(GeneralTracker):
+    """A tracker that keeps what it is given: `logged` holds (values, step) for every `log` call."""
+
+    name = "recorder"
+    requires_logging_directory = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logged: list[tuple[dict[str, Any], int | None]] = []
+
+    @property
+    def tracker(self) -> Any:
+        return self.logged
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.logged.append((values, step))

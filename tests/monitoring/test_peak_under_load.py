@@ -14,15 +14,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 import torch
+from tests_helpers import Recorder
 from torch import nn
 
 from accel import Accelerator, ThroughputKwargs
 from accel.monitoring import cpu_peak
-from accel.tracking import GeneralTracker
 
 SIZE = 512
 """The model is one SIZE x SIZE matmul on SIZE samples: its steps run near the CPU's matmul peak."""
@@ -42,24 +41,6 @@ def busy_cores() -> Iterator[None]:
         for loop in loops:
             loop.kill()
             loop.wait()
-
-
-class Recorder(GeneralTracker):
-    """A tracker that keeps what it is given."""
-
-    name = "recorder"
-    requires_logging_directory = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[dict[str, Any]] = []
-
-    @property
-    def tracker(self) -> Any:
-        return self.logged
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.logged.append(values)
 
 
 def test_busy_cores_do_not_shrink_the_measured_peak(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,9 +76,9 @@ def test_no_mfu_above_100_percent_when_the_peak_was_measured_on_busy_cores(monke
     steps(8)  # four windows on cores no longer busy
     assert len(recorder.logged) == 5
     peak = cpu_peak.cpu_peak(torch.float32)
-    for values in recorder.logged:
+    for values, _ in recorder.logged:
         assert "throughput/tflops_per_device" in values
         if "throughput/mfu" in values:  # present: a true fraction of the peak
             assert 0 < values["throughput/mfu"] <= 1
             assert values["throughput/mfu"] == pytest.approx(values["throughput/tflops_per_device"] * 1e12 / peak)
-    assert any("throughput/mfu" in values for values in recorder.logged)
+    assert any("throughput/mfu" in values for values, _ in recorder.logged)

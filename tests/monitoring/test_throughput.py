@@ -6,34 +6,17 @@ from typing import Any
 
 import pytest
 import torch
+from tests_helpers import Recorder
 from tiny_transformer import loss_of, make_transformer, token_batch
 from torch import nn
 
 from accel import Accelerator, ThroughputKwargs
-from accel.tracking import GeneralTracker
 
 IN, HIDDEN, OUT, BATCH = 32, 64, 8, 4
 MLP_FLOPS_PER_SAMPLE = 2 * (IN * HIDDEN + HIDDEN * OUT) + 2 * 2 * HIDDEN * OUT + 2 * IN * HIDDEN
 """Forward (2 per multiply-add of both layers), backward of layer 2 (input and weight gradients) and of layer 1
 (weight gradient only: its input needs none)."""
 
-
-class Recorder(GeneralTracker):
-    """A tracker that keeps what it is given."""
-
-    name = "recorder"
-    requires_logging_directory = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.logged: list[tuple[dict[str, Any], int | None]] = []
-
-    @property
-    def tracker(self) -> Any:
-        return self.logged
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.logged.append((values, step))
 
 
 def _mlp() -> nn.Module:
