@@ -17,6 +17,7 @@ on (an SMT sibling shares its core's vector units).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -94,6 +95,7 @@ def _best_rate(dtype: torch.dtype, size: int) -> float:
     return 2 * size**3 / max(best, 1e-9)
 
 
+@functools.cache  # read once: every window's MFU asks for it
 def physical_cores() -> int:
     """Physical cores among the CPUs this process may run on (SMT siblings counted once), from Linux's topology.
 
