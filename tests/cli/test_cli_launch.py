@@ -299,3 +299,31 @@ def test_unreachable_machine_0_is_one_clear_line() -> None:
         "could not reach machine 0 at 10.0.0.5:29877 within 300 s (rdzv_timeout): check --main_process_ip and "
         "--main_process_port, that machine 0 has started, and that no firewall blocks the port"
     )
+
+
+def test_the_torchrun_wrapper_runs_its_exit_handlers_and_skips_the_interpreters_teardown(tmp_path: Path) -> None:
+    """After main() returns, the wrapper leaves from its last exit handler: handlers registered while it ran
+    (torch's, logging's) still run, in order; objects still alive are not torn down (module teardown is
+    ~0.6 s of CPU once torch is loaded, which every launch would wait for); its exit status stays main()'s."""
+    import sys
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import atexit\n"
+        "class Alive:\n"
+        "    def __del__(self):\n"
+        "        print('torn down', flush=True)\n"
+        "keep = Alive()\n"
+        "from accel.cli.launch import distributed_run\n"
+        "def main():\n"
+        "    atexit.register(lambda: print('handler ran', flush=True))\n"
+        "    return distributed_run.main(['--standalone', '--', 'script'])  # too few arguments: usage, status 2\n"
+        "distributed_run.run_as_main(main)\n"
+    )
+    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "usage: python -m accel.cli.launch.distributed_run" in done.stderr
+    assert done.stdout.splitlines() == ["handler ran"]  # not "torn down": teardown skipped
+    plain = subprocess.run([sys.executable, "-c", probe.read_text().split("from accel")[0]], capture_output=True,
+                           text=True, timeout=60)
+    assert plain.stdout.splitlines() == ["torn down"]  # what an ordinary end does, for comparison
