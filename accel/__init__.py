@@ -34,8 +34,9 @@ The subpackages, by job:
 * around the run: checkpointing/ (`save_state` / `load_state`), tracking/ (experiment trackers),
   monitoring/ (throughput, MFU, loss spikes), utils/ (the names of `accelerate.utils`), test_utils/
   (the names of `accelerate.test_utils`);
-* the command line: cli/ (`accel config`, `launch`, `env`, `test`, `bench`), bench/ (what `accel bench`
-  trains, runs and reports).
+* before the run: estimate/ (the memory a model needs to load, and each rank's bytes to train it);
+* the command line: cli/ (`accel config`, `launch`, `env`, `test`, `bench`, `estimate-memory`), bench/
+  (what `accel bench` trains, runs and reports).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ The modules, by job:
 * the subcommands: config/ (`accel config`, the wizard and config.yaml), launch/ (`accel launch`),
   env.py (`accel env`: what a bug report needs), selftest.py (`accel test`) with selftest_script.py
   (the short training run it launches and checks), bench.py (`accel bench`; what it trains and
-  reports is in accel/bench/);
+  reports is in accel/bench/), estimate.py (`accel estimate-memory`; the arithmetic is in
+  accel/estimate/);
 * this machine: capabilities.py (its devices, and the precisions and FP8 backends it can run, with
   the reason where it cannot), for the wizard, `accel launch` and `accel env`.
 """

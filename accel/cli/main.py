@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from accel._version import __version__
-from accel.cli import bench, env, selftest
+from accel.cli import bench, env, estimate, selftest
 from accel.cli.config import command as config_command
 from accel.cli.errors import CANCELLED, CliError
 from accel.cli.launch import command as launch
@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser, with one subparser per command (each a SuggestingParser: typos get "did you mean")."""
     parser = SuggestingParser(prog="accel", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accel {__version__}")
-    subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test,bench}")
-    for command in (config_command, launch, env, selftest, bench):
+    subparsers = parser.add_subparsers(title="commands", metavar="{config,launch,env,test,bench,estimate-memory}")
+    for command in (config_command, launch, env, selftest, bench, estimate):
         command.add_parser(subparsers)
     return parser
 

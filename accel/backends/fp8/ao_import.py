@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 
@@ -22,10 +24,26 @@ class _StartUpNoise(logging.Filter):
         message = record.getMessage()
         kernel_library = message.startswith("Failed to load ") and ".so" in message
         enum_registration = "is an Enum subclass and is now natively supported by torch.compile" in message
-        return not (kernel_library or enum_registration)
+        triton = message.startswith("Warning: Detected no triton")  # torchao.kernel.intmm, on a machine without it
+        return not (kernel_library or enum_registration or triton)
 
 
-_LOGGERS = ("torchao", "torch.utils._pytree")
+_LOGGERS = ("torchao", "torchao.kernel.intmm", "torch.utils._pytree")
+
+
+@contextmanager
+def torchao_noise_held_back() -> Iterator[None]:
+    """While inside: torchao's failed-kernel-library lines and torch's Enum-registration lines are dropped
+    (transformers imports torchao's submodules as it builds a model, where torchao is installed)."""
+    noise = _StartUpNoise()
+    loggers = [logging.getLogger(name) for name in _LOGGERS]
+    for logger in loggers:
+        logger.addFilter(noise)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(noise)
 
 
 def import_torchao() -> ModuleType:
@@ -36,12 +54,5 @@ def import_torchao() -> ModuleType:
     """
     if "torchao" in sys.modules:
         return sys.modules["torchao"]
-    noise = _StartUpNoise()
-    loggers = [logging.getLogger(name) for name in _LOGGERS]
-    for logger in loggers:
-        logger.addFilter(noise)
-    try:
+    with torchao_noise_held_back():
         return importlib.import_module("torchao")
-    finally:
-        for logger in loggers:
-            logger.removeFilter(noise)

@@ -1,0 +1,127 @@
+"""`accel estimate-memory MODEL`: Accelerate's table for loading a model, and with `--training`, what
+each rank holds to train it (parameters, gradients, optimizer state, communication buffers) in the
+precisions, layout and number of processes asked for, and whether that fits a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from accel.cli.errors import CliError
+
+COMMAND = "accel estimate-memory"
+_UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4,
+          "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4}
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `accel estimate-memory` (Accelerate's flags, plus the training ones)."""
+    parser = subparsers.add_parser(
+        "estimate-memory", help="how much memory a model needs to load, and to train per rank",
+        description="Build the model on the meta device (nothing downloaded, nothing allocated) and print "
+        "Accelerate's table for loading it; with --training, what each rank holds to train it.",
+    )
+    parser.add_argument("model_name", help="a transformers folder or cached Hub name, a preset (llama3-8b, "
+                        "llama3-70b), or module:function returning an nn.Module")
+    parser.add_argument("--library_name", choices=["timm", "transformers"], help="the model's library (Accelerate's flag)")
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "int8", "int4"],
+                        choices=["float32", "float16", "int8", "int4"], help="dtypes of the loading table")
+    parser.add_argument("--trust_remote_code", action="store_true", help="accepted for Accelerate's invocations; "
+                        "no remote code runs here (only config.json is read)")
+    parser.add_argument("--training", action="store_true", help="also the per-rank training table")
+    parser.add_argument("--mixed_precision", nargs="+", default=["no", "bf16", "bf16-true"], metavar="PRECISION",
+                        help="precisions of the training table: no, fp16, bf16, bf16-true, 16-true, 64-true")
+    parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp"], help="ddp (or one process), fsdp (FSDP2)")
+    parser.add_argument("--num_processes", type=int, default=1, help="processes (ranks) of the training table")
+    parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd-momentum"])
+    parser.add_argument("--device_memory", metavar="SIZE", help="say whether the largest rank fits, e.g. 80GB")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(handler=run, command=COMMAND)
+
+
+def parse_size(text: str) -> int:
+    """'80GB' -> bytes (KB/MB/GB/TB are powers of 1024, as the table prints them)."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
+    if match is None or match.group(2).upper() not in _UNITS:
+        raise CliError(f"--device_memory {text!r} is not a size: write e.g. 80GB, 24GiB or 512MB", command=COMMAND)
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command: build the model, print the tables (or JSON)."""
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.sizes import convert_bytes, inference_rows
+
+    if args.library_name == "timm":
+        raise CliError("--library_name timm is not estimated yet: pass a transformers model or module:function",
+                       command=COMMAND)
+    device = parse_size(args.device_memory) if args.device_memory else None
+    try:
+        model = build_on_meta(args.model_name, args.library_name, lm_head=False)
+        rows = inference_rows(model, args.dtypes)
+        training = _training(args, device) if args.training else []
+    except ValueError as error:
+        raise CliError(str(error), command=COMMAND) from None
+    if args.json:
+        print(json.dumps({"model": args.model_name, "loading": [dict(zip(_HEADERS, row)) for row in rows],
+                          "training": training}, indent=2))
+        return 0
+    print(ascii_table(_HEADERS, rows, f"Memory Usage for loading `{args.model_name}`"))
+    if training:
+        title = (f"Training `{args.model_name}`: per rank, {args.layout}, {args.num_processes} process(es), "
+                 f"{args.optimizer}")
+        print(ascii_table(_TRAINING_HEADERS, [[row["precision"], *(convert_bytes(row[key]) for key in _KEYS),
+                                               _fits(row)] for row in training], title))
+    return 0
+
+
+_HEADERS = ["dtype", "Largest Layer", "Total Size", "Training using Adam"]
+_KEYS = ("parameters", "gradients", "optimizer", "buffers", "total")
+_TRAINING_HEADERS = ["precision", "parameters", "gradients", "optimizer state", "comm buffers", "total", "fits"]
+
+
+def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, Any]]:
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.training import training_bytes
+
+    model = build_on_meta(args.model_name, args.library_name)
+    found = []
+    for precision in args.mixed_precision:
+        ranks = training_bytes(model, precision, args.layout, args.num_processes, args.optimizer)
+        largest = max(ranks, key=lambda r: r.total)
+        row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
+                               **{key: getattr(largest, key) for key in _KEYS}}
+        row["fits"] = None if device is None else largest.total <= device
+        found.append(row)
+    return found
+
+
+def _fits(row: dict[str, Any]) -> str:
+    return "-" if row["fits"] is None else ("yes" if row["fits"] else "no")
+
+
+def ascii_table(headers: list[str], rows: list[list[str]], title: str) -> str:
+    """A boxed table with a centred title, character for character as Accelerate's `estimate-memory` draws
+    it (where the title is wider than the columns, its last column is widened, the frame as Accelerate's)."""
+    widths = [max(len(value) for value in [*(row[i] for row in rows), headers[i]]) for i in range(len(headers))]
+    formats = list(widths)  # the printf widths are fixed before any widening
+    extra = 0
+
+    def line(left: str, middle: str, right: str) -> str:
+        return left + middle.join("─" * width for width in widths) + "─" * extra + right
+
+    if len(title) > sum(widths):
+        extra = abs(len(title) - len(line("├", "┼", "┤")))
+        widths[-1] += extra
+    separator = line("├", "┼", "┤")
+    framed = [line("┌", "─", "┐"), "│" + title.center(len(separator) - 2) + "│", line("├", "┬", "┤")]
+    widths[-1] += extra
+
+    def row(values: list[str]) -> str:
+        return "│" + "│".join(f"%{f}s" % v.center(w) for v, f, w in zip(values, formats, widths)) + "│"
+
+    return "\n".join([*framed, row(headers), separator, *(row(r) for r in rows),
+                      "└" + "┴".join("─" * width for width in widths) + "┘"])

@@ -1,0 +1,69 @@
+"""What one rank holds now: the bytes of its parameters, gradients and optimizer state, measured.
+
+The estimate (training.py) is checked against this on real runs; a user can call it too, after a
+step, to see where a rank's memory went.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class HeldBytes:
+    """Bytes one rank holds, by kind; each storage counted once (tied weights, views)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        """The three together."""
+        return self.parameters + self.gradients + self.optimizer
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (FSDP2, TP), else the tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def _storage_bytes(tensors: Iterable[torch.Tensor], seen: set[tuple[int, int]]) -> int:
+    total = 0
+    for tensor in tensors:
+        local = _local(tensor)
+        storage = local.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def held_bytes(model: nn.Module, optimizers: Iterable[torch.optim.Optimizer] = ()) -> HeldBytes:
+    """The bytes of `model`'s parameters, their gradients and the optimizers' state, on this rank.
+
+    Counts whole storages (an FSDP2 shard's padding included), each once.
+
+    Args:
+        model: the (prepared) model whose parameters and gradients are counted.
+        optimizers: the optimizers whose state tensors are counted (after a step: state is made lazily).
+
+    Example:
+        >>> held = held_bytes(model, [optimizer])
+        >>> held.parameters, held.gradients, held.optimizer
+    """
+    seen: set[tuple[int, int]] = set()
+    parameters = list(model.parameters())
+    return HeldBytes(
+        parameters=_storage_bytes(parameters, seen),
+        gradients=_storage_bytes((p.grad for p in parameters if p.grad is not None), seen),
+        optimizer=_storage_bytes((value for optimizer in optimizers for state in optimizer.state.values()
+                                  for value in state.values() if isinstance(value, torch.Tensor)), seen),
+    )

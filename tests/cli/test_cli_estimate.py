@@ -1,0 +1,98 @@
+"""`accel estimate-memory`: Accelerate's loading table, the same text as Accelerate's own command prints for
+the same model, and the per-rank training table, for a local transformers folder, a preset and a function."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from accel.cli.main import main
+
+TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 3, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 300}
+
+
+@pytest.fixture
+def llama_folder(tmp_path: Path) -> Path:
+    from transformers import LlamaConfig
+
+    folder = tmp_path / "tiny-llama"
+    LlamaConfig(**TINY_LLAMA).save_pretrained(folder)
+    return folder
+
+
+def accelerates_table(folder: Path, dtypes: list[str], monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> str:
+    """What Accelerate's `estimate_command` prints for `folder`: its own code throughout, but for the Hub
+    lookup (which needs the network), replaced by building the model from the folder as it would."""
+    from accelerate import init_empty_weights
+    from accelerate.commands import estimate
+    from transformers import AutoConfig, AutoModel
+
+    def from_folder(model_name: str, library_name: str, trust_remote_code: bool = False,
+                    access_token: str | None = None) -> torch.nn.Module:
+        with init_empty_weights():
+            return AutoModel.from_config(AutoConfig.from_pretrained(model_name), dtype=torch.float32)
+
+    monkeypatch.setattr(estimate, "create_empty_model", from_folder)
+    estimate.estimate_command(argparse.Namespace(model_name=str(folder), library_name="transformers", dtypes=dtypes,
+                                                 trust_remote_code=False))
+    return capsys.readouterr().out
+
+
+def test_the_loading_table_is_accelerates(llama_folder: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for dtypes in (["float32", "float16", "int8", "int4"], ["float16"]):
+        theirs = accelerates_table(llama_folder, dtypes, monkeypatch, capsys)
+        assert main(["estimate-memory", str(llama_folder), "--dtypes", *dtypes]) == 0
+        ours = capsys.readouterr().out
+        assert ours == theirs and "Training using Adam" in ours
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["estimate-memory", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_llama3_8b_on_8_ranks_matches_zero_3_accounting(capsys: pytest.CaptureFixture[str]) -> None:
+    """Llama 3 8B has 8,030,261,248 parameters in 291 tensors; fp32 AdamW on 8 FSDP ranks: 16 bytes a parameter
+    divided by 8 (every dimension divides by 8), plus a 4-byte step per tensor; bf16-true halves it."""
+    found = _json(capsys, "llama3-8b", "--training", "--layout", "fsdp", "--num_processes", "8",
+                  "--mixed_precision", "no", "bf16-true", "--device_memory", "16GiB")
+    count, tensors = 8_030_261_248, 291
+    no, true = found["training"]
+    assert no["parameters"] == no["gradients"] == count * 4 // 8
+    assert no["optimizer"] == count * 8 // 8 + 4 * tensors
+    assert no["total"] == count * 16 // 8 + 4 * tensors and no["fits"] is True  # 14.96 GiB
+    assert true["total"] == count * 8 // 8 + 4 * tensors
+    ddp = _json(capsys, "llama3-8b", "--training", "--num_processes", "2", "--mixed_precision", "bf16",
+                "--device_memory", "80GB")["training"][0]
+    assert ddp["buffers"] == ddp["gradients"] == count * 4 and ddp["fits"] is False  # DDP's buckets: one more copy
+
+
+def build_tiny() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 3))
+
+
+def test_a_function_builds_the_model_on_the_meta_device(capsys: pytest.CaptureFixture[str]) -> None:
+    found = _json(capsys, f"{Path(__file__)}:build_tiny", "--dtypes", "float32", "--training", "--optimizer", "sgd")
+    assert found["loading"][0]["Total Size"] == "1.11 KB"  # (10 * 20 + 20 + 20 * 3 + 3) * 4 = 1,132 bytes
+    assert found["training"][0]["parameters"] == 1132 and found["training"][0]["optimizer"] == 0
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["no-such-model-here"], "is not a preset (llama3-8b, llama3-70b), a folder with a config.json"),
+    (["llama3-8b", "--device_memory", "lots"], "--device_memory 'lots' is not a size"),
+    (["llama3-8b", "--library_name", "timm"], "--library_name timm is not estimated yet"),
+    (["llama3-8b", "--training", "--mixed_precision", "fp8"], "precision='fp8' is not estimated"),
+    (["tests.cli.test_cli_estimate:nothing_here"], "has no function 'nothing_here'"),
+])
+def test_bad_input_is_one_line_naming_it(argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate-memory", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("accel estimate-memory: ") and said in err and "Traceback" not in err

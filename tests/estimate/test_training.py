@@ -1,0 +1,77 @@
+"""The per-rank training estimate equals what real runs hold: parameters, gradients and optimizer state
+byte for byte (measure.held_bytes after a step), on one process in every precision, and on two
+processes under DDP (with its gradient buckets, as torch reports them) and FSDP2 (padded shards)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from estimate_script import odd_model
+from launching import Launched, launch
+
+from accel import Accelerator
+from accel.estimate.measure import held_bytes
+from accel.estimate.training import training_bytes
+
+
+@pytest.mark.parametrize("precision", ["no", "bf16", "fp16", "bf16-true", "64-true"])
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd-momentum", "sgd"])
+def test_one_process_holds_what_was_estimated(precision: str, optimizer: str) -> None:
+    model = odd_model()
+    [estimate] = training_bytes(model, precision, "ddp", 1, optimizer)
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    made = {"adamw": lambda: torch.optim.AdamW(trainable, lr=1e-3),
+            "sgd-momentum": lambda: torch.optim.SGD(trainable, lr=1e-3, momentum=0.9),
+            "sgd": lambda: torch.optim.SGD(trainable, lr=1e-3)}[optimizer]()
+    model, made = accelerator.prepare(model, made)
+    for _ in range(8):  # fp16: the loss scaler skips the steps whose gradients overflow; state comes at a real one
+        with accelerator.autocast():
+            loss = model(torch.randint(0, 11, (4, 3))).float().mean()
+        accelerator.backward(loss)
+        made.step()
+        if made.state or optimizer == "sgd":
+            break
+    held = held_bytes(model, [made])
+    assert (held.parameters, held.gradients, held.optimizer) == (estimate.parameters, estimate.gradients,
+                                                                 estimate.optimizer)
+    assert estimate.buffers == 0 and held.optimizer > 0 or optimizer == "sgd"
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def launched(request: pytest.FixtureRequest) -> Launched:
+    run = launch("../../estimate/estimate_script.py", request.param, timeout=180)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run
+
+
+def test_two_processes_hold_what_was_estimated(launched: Launched) -> None:
+    held, estimated = launched.of("held"), launched.of("estimate")
+    assert [h for h in held] == [e[:3] for e in estimated]
+    if "buckets" in launched.results[0]:  # DDP: one more copy of the gradients, in its buckets
+        assert [e[3] for e in estimated] == launched.of("buckets") == [h[1] for h in held]
+    else:  # FSDP2: the ranks hold padded shards of the same size, and optimizer state for their own rows only
+        assert held[0][:2] == held[1][:2] and held[0][2] != held[1][2]
+
+
+def test_zero_accounting_at_scale() -> None:
+    """ZeRO's paper: fp32 AdamW holds 16 bytes a parameter (4 weights, 4 gradients, 8 moments); sharded over
+    N ranks (ZeRO-3 / FSDP) 16/N, plus each parameter's 4-byte step; a parameter of 1,000 rows on 64 ranks is
+    held in chunks of 16 rows (the last rank's chunk has 8)."""
+    with torch.device("meta"):
+        model = torch.nn.Linear(1000, 4096, bias=False).requires_grad_(True)
+        model.weight = torch.nn.Parameter(torch.empty(1000, 4096))
+    ranks = training_bytes(model, "no", "fsdp", 64, "adamw")
+    assert ranks[0].parameters == ranks[63].parameters == 16 * 4096 * 4
+    assert ranks[0].optimizer == 2 * 16 * 4096 * 4 + 4
+    assert ranks[62].optimizer == 2 * 8 * 4096 * 4 + 4 and ranks[63].optimizer == 4  # 1000 = 62 * 16 + 8
+    [one] = training_bytes(model, "no", "ddp", 1, "adamw")
+    assert one.total == 16 * 1000 * 4096 + 4
+
+
+def test_bad_input_names_the_argument() -> None:
+    model = torch.nn.Linear(2, 2)
+    for kwargs, named in (({"precision": "fp8"}, "precision='fp8'"), ({"layout": "zero2"}, "layout='zero2'"),
+                          ({"optimizer": "lion"}, "optimizer='lion'"), ({"processes": 0}, "processes=0")):
+        with pytest.raises(ValueError, match=named):
+            training_bytes(model, **kwargs)  # type: ignore[arg-type]
