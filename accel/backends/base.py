@@ -173,6 +173,12 @@ class PrecisionBackend:
         """Numbers worth logging (loss scale, skipped steps, ...). Default: none."""
         return {}
 
+    def held_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """Tensors this precision holds for the parameters outside `param.data` and `param.grad`, by kind
+        ("parameters", "gradients"): what accel.estimate.measure counts besides the model and the
+        optimizers. Default: none."""
+        return {}
+
     def report_health(self, sink: Callable[[dict[str, float], int, str], None]) -> None:
         """Called once, at construction (main process): send this precision's health readings to
         `sink(values, step, summary)` as its recipe asks (FP8RecipeKwargs.health_interval). Default:

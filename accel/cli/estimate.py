@@ -33,7 +33,10 @@ def add_parser(subparsers: Any) -> None:
                         "no remote code runs here (only config.json is read)")
     parser.add_argument("--training", action="store_true", help="also the per-rank training table")
     parser.add_argument("--mixed_precision", nargs="+", default=["no", "bf16", "bf16-true"], metavar="PRECISION",
-                        help="precisions of the training table: no, fp16, bf16, bf16-true, 16-true, 64-true")
+                        help="precisions of the training table: no, fp16, bf16, bf16-true, 16-true, 64-true, "
+                        "fp8-native, fp8-native-O1, fp8-native-O2 (one process)")
+    parser.add_argument("--cpu", action="store_true", help="for a run on the CPU (which layers native FP8 converts "
+                        "depends on the device; default: a GPU)")
     parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp"], help="ddp (or one process), fsdp (FSDP2)")
     parser.add_argument("--num_processes", type=int, default=1, help="processes (ranks) of the training table")
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd-momentum"])
@@ -90,7 +93,8 @@ def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, An
     model = build_on_meta(args.model_name, args.library_name)
     found = []
     for precision in args.mixed_precision:
-        ranks = training_bytes(model, precision, args.layout, args.num_processes, args.optimizer)
+        ranks = training_bytes(model, precision, args.layout, args.num_processes, args.optimizer,
+                               device="cpu" if args.cpu else "cuda")
         largest = max(ranks, key=lambda r: r.total)
         row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
                                **{key: getattr(largest, key) for key in _KEYS}}

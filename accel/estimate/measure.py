@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from accel.accelerator import Accelerator
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,9 @@ def _storage_bytes(tensors: Iterable[torch.Tensor], seen: set[tuple[int, int]]) 
     return total
 
 
-def held_bytes(model: nn.Module, optimizers: Iterable[torch.optim.Optimizer] = ()) -> HeldBytes:
+def held_bytes(
+    model: nn.Module, optimizers: Iterable[torch.optim.Optimizer] = (), accelerator: Accelerator | None = None
+) -> HeldBytes:
     """The bytes of `model`'s parameters, their gradients and the optimizers' state, on this rank.
 
     Counts whole storages (an FSDP2 shard's padding included), each once.
@@ -54,16 +60,20 @@ def held_bytes(model: nn.Module, optimizers: Iterable[torch.optim.Optimizer] = (
     Args:
         model: the (prepared) model whose parameters and gradients are counted.
         optimizers: the optimizers whose state tensors are counted (after a step: state is made lazily).
+        accelerator: the Accelerator that prepared them: what its precision holds outside the parameters
+            is counted too (native FP8 O1/O2: the FP8 gradients and the float16 weights' scales).
 
     Example:
-        >>> held = held_bytes(model, [optimizer])
+        >>> held = held_bytes(model, [optimizer], accelerator)
         >>> held.parameters, held.gradients, held.optimizer
     """
     seen: set[tuple[int, int]] = set()
     parameters = list(model.parameters())
+    extra = accelerator.precision.held_tensors() if accelerator is not None else {}
     return HeldBytes(
-        parameters=_storage_bytes(parameters, seen),
-        gradients=_storage_bytes((p.grad for p in parameters if p.grad is not None), seen),
+        parameters=_storage_bytes([*parameters, *extra.get("parameters", [])], seen),
+        gradients=_storage_bytes([*(p.grad for p in parameters if p.grad is not None), *extra.get("gradients", [])],
+                                 seen),
         optimizer=_storage_bytes((value for optimizer in optimizers for state in optimizer.state.values()
                                   for value in state.values() if isinstance(value, torch.Tensor)), seen),
     )

@@ -6,6 +6,10 @@ and a number of processes, by the rules each part of a run follows:
 * precision: "no" keeps the model's dtype; fp16/bf16 (mixed) keep float32 weights (accel makes
   16-bit trainable weights float32 masters) and float32 gradients; bf16-true/16-true hold weights,
   gradients and optimizer state in 16 bits; 64-true in float64;
+* native FP8 (fp8-native, -O1, -O2; MS-AMP's levels): without a level, as fp32 (FP8 only inside
+  the GEMMs); O1/O2 hold each converted layer's weight in float16 with a scale (frozen ones too), its
+  gradient in FP8 with two scales, and O2 steps an FP8 first moment and a float16 second moment with a scale each
+  (the layers converted are those accel's conversion picks on the target device);
 * optimizer: AdamW/Adam keep two tensors like each trainable parameter plus a 4-byte `step` per
   parameter (torch's default, on the host); SGD with momentum one tensor; plain SGD none;
 * layout: "ddp" replicates everything and adds DDP's gradient buckets (one more copy of the
@@ -25,10 +29,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+FP8_LEVELS = {"fp8-native": None, "fp8-native-O1": "O1", "fp8-native-O2": "O2"}  # accel bench's names
 PRECISIONS = {  # precision -> weight dtype of trainable parameters (None: as the model has them)
     "no": None, "fp16": torch.float32, "bf16": torch.float32, "bf16-true": torch.bfloat16,
-    "16-true": torch.float16, "64-true": torch.float64,
+    "16-true": torch.float16, "64-true": torch.float64, **dict.fromkeys(FP8_LEVELS, torch.float32),
 }
+SCALE_BYTES = 4  # one float32 scale
 OPTIMIZERS = {"adamw": 2, "adam": 2, "sgd": 0, "sgd-momentum": 1}  # name -> state tensors like each parameter
 LAYOUTS = ("ddp", "fsdp")
 STEP_BYTES = 4  # Adam's per-parameter `step`, a float32 scalar
@@ -56,6 +62,7 @@ class _Tensor:
     rest: int
     itemsize: int
     trainable: bool
+    level: str | None = None  # "O1"/"O2": a converted layer's parameter in MS-AMP's storage
 
 
 def _dtype(parameter: nn.Parameter, precision: str) -> torch.dtype:
@@ -68,13 +75,42 @@ def _dtype(parameter: nn.Parameter, precision: str) -> torch.dtype:
     return parameter.dtype
 
 
-def _tensors(model: nn.Module, precision: str) -> list[_Tensor]:
+def _fp8_converted(model: nn.Module, device: str) -> set[int]:
+    """ids of the parameters of the layers native FP8 converts on `device` (its default recipe)."""
+    from accel.backends.conversion import plan_conversion
+    from accel.backends.fp8.native import NativeFP8
+    from accel.backends.fp8.small_layers import small_layer_rule
+    from accel.kwargs_handlers import FP8RecipeKwargs
+
+    recipe = FP8RecipeKwargs(backend="native")
+    scaling = recipe.scaling or NativeFP8.scalings[0]  # as the backend picks its default
+    report = plan_conversion(model, exclude_modules=recipe.exclude_modules, is_converted=lambda module: False,
+                             conv1d_refusal=None,
+                             small_layers=small_layer_rule(recipe.small_layer_dim, scaling, torch.device(device)))
+    return {id(p) for decision in report.converted for p in model.get_submodule(decision.name).parameters()}
+
+
+def _tensors(model: nn.Module, precision: str, device: str) -> list[_Tensor]:
+    level = FP8_LEVELS.get(precision)
+    converted = _fp8_converted(model, device) if level else set()
     found = []
     for parameter in model.parameters():  # tied parameters once
         rows = parameter.shape[0] if parameter.dim() else 1
         itemsize = torch.empty((), dtype=_dtype(parameter, precision)).element_size()
-        found.append(_Tensor(rows, parameter.numel() // max(rows, 1), itemsize, parameter.requires_grad))
+        kept = level if id(parameter) in converted else None  # frozen ones too: float16, with their scales
+        found.append(_Tensor(rows, parameter.numel() // max(rows, 1), 2 if kept else itemsize, parameter.requires_grad,
+                             kept))
     return found
+
+
+def _fp8_bytes(t: _Tensor, optimizer: str) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer state) bytes of a converted parameter under O1/O2 on one rank."""
+    n = t.rows * t.rest
+    if not t.trainable:  # no gradient data, no optimizer state; the FP8 gradient's two scales exist
+        return 2 * n + SCALE_BYTES, 2 * SCALE_BYTES, 0
+    step = STEP_BYTES if optimizer.startswith("adam") else 0
+    state = OPTIMIZERS[optimizer] * 4 * n + step if t.level == "O1" else n + 2 * n + 2 * SCALE_BYTES + step
+    return 2 * n + SCALE_BYTES, n + 2 * SCALE_BYTES, state
 
 
 def _check(precision: str, layout: str, processes: int, optimizer: str) -> None:
@@ -84,21 +120,30 @@ def _check(precision: str, layout: str, processes: int, optimizer: str) -> None:
             raise ValueError(f"{name}={value!r} is not estimated; accepted: {', '.join(accepted)}")
     if processes < 1:
         raise ValueError(f"processes={processes} must be at least 1")
+    level = FP8_LEVELS.get(precision)
+    if level and processes > 1:
+        raise ValueError(f"precision={precision!r} with processes={processes} is not estimated yet (O1/O2 storage "
+                         "under DDP and FSDP2): estimate one process, or fp8-native")
+    if level == "O2" and not optimizer.startswith("adam"):
+        raise ValueError(f"precision={precision!r} with optimizer={optimizer!r}: O2 steps Adam and AdamW only")
 
 
 def training_bytes(
     model: nn.Module, precision: str = "no", layout: str = "ddp", processes: int = 1, optimizer: str = "adamw",
-    gradient_as_bucket_view: bool = False,
+    gradient_as_bucket_view: bool = False, device: str = "cuda",
 ) -> list[RankBytes]:
     """Each rank's bytes for training `model` (built on the meta device or not: only shapes are read).
 
     Args:
         model: the model, as the script builds it (its parameters' dtypes are the "no" precision's).
-        precision: an accel precision: "no", "fp16", "bf16", "bf16-true", "16-true" or "64-true".
+        precision: an accel precision: "no", "fp16", "bf16", "bf16-true", "16-true", "64-true", or native
+            FP8 as `accel bench` names it: "fp8-native", "fp8-native-O1", "fp8-native-O2".
         layout: "ddp" (one process or DDP) or "fsdp" (FSDP2, every parameter sharded).
         processes: the number of processes.
         optimizer: "adamw", "adam", "sgd" or "sgd-momentum".
         gradient_as_bucket_view: DDP's option: gradients are views of its buckets (no second copy).
+        device: the device type the job runs on ("cuda", "cpu"): which layers native FP8 converts
+            depends on it (on a GPU, layers too small to gain are left out).
 
     Returns:
         One RankBytes per rank, in rank order.
@@ -109,12 +154,16 @@ def training_bytes(
         >>> training_bytes(model, "bf16", "fsdp", processes=8)[0].total
     """
     _check(precision, layout, processes, optimizer)
-    tensors = _tensors(model, precision)
+    tensors = _tensors(model, precision, device)
     states = OPTIMIZERS[optimizer]
     ranks = []
     for rank in range(processes):
         parameters = gradients = state = 0
         for t in tensors:
+            if t.level:
+                held_parameter, held_gradient, held_state = _fp8_bytes(t, optimizer)
+                parameters, gradients, state = parameters + held_parameter, gradients + held_gradient, state + held_state
+                continue
             if layout == "fsdp" and processes > 1:
                 chunk = math.ceil(t.rows / processes)
                 held = chunk * t.rest * t.itemsize  # padded to the chunk on every rank

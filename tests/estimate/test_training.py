@@ -75,3 +75,40 @@ def test_bad_input_names_the_argument() -> None:
                           ({"optimizer": "lion"}, "optimizer='lion'"), ({"processes": 0}, "processes=0")):
         with pytest.raises(ValueError, match=named):
             training_bytes(model, **kwargs)  # type: ignore[arg-type]
+
+
+def fp8_model() -> torch.nn.Module:
+    """Two layers native FP8 converts (dimensions multiples of 16), one it does not, a frozen one."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16),
+                                torch.nn.Linear(16, 16), torch.nn.Linear(16, 5))
+    model[3].requires_grad_(False)
+    return model
+
+
+@pytest.mark.parametrize(("precision", "optimizer"), [("fp8-native", "adamw"), ("fp8-native-O1", "adamw"),
+                                                      ("fp8-native-O1", "sgd-momentum"), ("fp8-native-O2", "adamw")])
+def test_native_fp8_holds_what_was_estimated(precision: str, optimizer: str) -> None:
+    """O1/O2: float16 weights with a scale, FP8 gradients with two scales (counted through the
+    Accelerator's precision), O1 the optimizer's float32 state, O2 its FP8 and float16 moments."""
+    from accel import FP8RecipeKwargs
+
+    model = fp8_model()
+    [estimate] = training_bytes(model, precision, "ddp", 1, optimizer, device="cpu")
+    level = {"fp8-native": None, "fp8-native-O1": "O1", "fp8-native-O2": "O2"}[precision]
+    accelerator = Accelerator(cpu=True, mixed_precision="fp8",
+                              kwarg_handlers=[FP8RecipeKwargs(backend="native", optimization_level=level)])
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    made = (torch.optim.AdamW(trainable, lr=1e-3) if optimizer == "adamw"
+            else torch.optim.SGD(trainable, lr=1e-3, momentum=0.9))
+    model, made = accelerator.prepare(model, made)
+    for _ in range(2):
+        accelerator.backward(model(torch.randn(4, 32)).sum())
+        made.step()
+    accelerator.backward(model(torch.randn(4, 32)).sum())  # gradients held again, as in the middle of a step
+    held = held_bytes(model, [made], accelerator)
+    assert (held.parameters, held.gradients, held.optimizer) == (estimate.parameters, estimate.gradients,
+                                                                 estimate.optimizer)
+    if level:  # the converted layers are smaller than fp32's
+        [fp32] = training_bytes(fp8_model(), "no", "ddp", 1, optimizer, device="cpu")
+        assert estimate.total < fp32.total

@@ -314,6 +314,13 @@ class NativeFP8(FP8Backend):
         return stepped
 
     # ------------------------------------------------------------------ reading and saving
+    def held_tensors(self) -> dict[str, list[torch.Tensor]]:
+        """O1/O2: each converted parameter's float16 storage scale, and its FP8 gradient with its scales."""
+        parts = list(self._compact_by_id.values())
+        return {"parameters": [part.storage.scale_inv for part in parts],
+                "gradients": [t for part in parts for t in (part.grad.data, part.grad.scale_inv, part.grad.step_amax)
+                              if t is not None]}
+
     def stats(self) -> dict[str, float]:
         return {**self.base.stats(), "skipped_steps": self.skipped_steps}
 
