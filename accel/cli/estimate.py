@@ -40,6 +40,12 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp"], help="ddp (or one process), fsdp (FSDP2)")
     parser.add_argument("--num_processes", type=int, default=1, help="processes (ranks) of the training table")
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd-momentum"])
+    parser.add_argument("--batch_size", type=int, help="sequences per micro-batch on one rank: adds the activations "
+                        "(with --seq_len)")
+    parser.add_argument("--seq_len", type=int, help="tokens per sequence (with --batch_size)")
+    parser.add_argument("--activation_checkpointing", action="store_true",
+                        help="the model's blocks checkpointed (accel's activation_checkpointing=True): their "
+                        "activations are recomputed in backward")
     parser.add_argument("--device_memory", metavar="SIZE", help="say whether the largest rank fits, e.g. 80GB")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=run, command=COMMAND)
@@ -56,12 +62,16 @@ def parse_size(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """The command: build the model, print the tables (or JSON)."""
     from accel.estimate.models import build_on_meta
-    from accel.estimate.sizes import convert_bytes, inference_rows
+    from accel.estimate.sizes import inference_rows
 
     if args.library_name == "timm":
         raise CliError("--library_name timm is not estimated yet: pass a transformers model or module:function",
                        command=COMMAND)
     device = parse_size(args.device_memory) if args.device_memory else None
+    if (args.batch_size is None) != (args.seq_len is None) or any(
+            value is not None and value < 1 for value in (args.batch_size, args.seq_len)):
+        raise CliError(f"--batch_size {args.batch_size} --seq_len {args.seq_len}: give both, each at least 1, "
+                       "for the activations (or neither)", command=COMMAND)
     try:
         model = build_on_meta(args.model_name, args.library_name, lm_head=False)
         rows = inference_rows(model, args.dtypes)
@@ -74,10 +84,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(ascii_table(_HEADERS, rows, f"Memory Usage for loading `{args.model_name}`"))
     if training:
-        title = (f"Training `{args.model_name}`: per rank, {args.layout}, {args.num_processes} process(es), "
-                 f"{args.optimizer}")
-        print(ascii_table(_TRAINING_HEADERS, [[row["precision"], *(convert_bytes(row[key]) for key in _KEYS),
-                                               _fits(row)] for row in training], title))
+        title = f"Training `{args.model_name}`, per rank"
+        setup = f"{args.layout}, {args.num_processes} process(es), {args.optimizer}"
+        activations = args.batch_size is not None
+        headers = [*_TRAINING_HEADERS[:-2], *(["activations"] if activations else []), *_TRAINING_HEADERS[-2:]]
+        keys = [*_KEYS[:-1], *(["activations"] if activations else []), "total"]
+        if activations:
+            setup += f", micro-batch {args.batch_size}x{args.seq_len}" + (
+                ", blocks checkpointed" if args.activation_checkpointing else "")
+        print(ascii_table(headers, [[row["precision"], *(_shown(row[key]) for key in keys), _fits(row)]
+                                    for row in training], title))
+        print(f"{setup}; '-': not estimated (docs/memory.md)" if any(None in row.values() for row in training)
+              else setup)
     return 0
 
 
@@ -87,8 +105,9 @@ _TRAINING_HEADERS = ["precision", "parameters", "gradients", "optimizer state", 
 
 
 def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, Any]]:
+    from accel.estimate.activations import activation_bytes
     from accel.estimate.models import build_on_meta
-    from accel.estimate.training import training_bytes
+    from accel.estimate.training import FP8_LEVELS, training_bytes
 
     model = build_on_meta(args.model_name, args.library_name)
     found = []
@@ -98,9 +117,22 @@ def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, An
         largest = max(ranks, key=lambda r: r.total)
         row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
                                **{key: getattr(largest, key) for key in _KEYS}}
-        row["fits"] = None if device is None else largest.total <= device
+        if args.batch_size is not None:
+            row["activations"] = None
+            if precision not in FP8_LEVELS:  # FP8's saved tensors are not estimated yet: said as "-"
+                measured = activation_bytes(build_on_meta(args.model_name, args.library_name), args.batch_size,
+                                            args.seq_len, precision)
+                row["activations"] = measured.checkpointed if args.activation_checkpointing else measured.saved
+            row["total"] = None if row["activations"] is None else row["total"] + row["activations"]
+        row["fits"] = None if device is None or row["total"] is None else row["total"] <= device
         found.append(row)
     return found
+
+
+def _shown(value: int | None) -> str:
+    from accel.estimate.sizes import convert_bytes
+
+    return "-" if value is None else convert_bytes(value)
 
 
 def _fits(row: dict[str, Any]) -> str:

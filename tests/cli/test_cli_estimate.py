@@ -85,7 +85,20 @@ def test_a_function_builds_the_model_on_the_meta_device(capsys: pytest.CaptureFi
     assert found["training"][0]["parameters"] == 1132 and found["training"][0]["optimizer"] == 0
 
 
+def test_activations_join_the_total_and_checkpointing_shrinks_them(llama_folder: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(llama_folder), "--training", "--mixed_precision", "no", "fp8-native", "--batch_size", "2", "--seq_len",
+            "32"]
+    plain, native = _json(capsys, *argv)["training"]
+    state = plain["parameters"] + plain["gradients"] + plain["optimizer"] + plain["buffers"]
+    assert plain["activations"] > 0 and plain["total"] == state + plain["activations"]
+    assert native["activations"] is None and native["total"] is None  # FP8's activations: not estimated, not guessed
+    checkpointed = _json(capsys, *argv, "--activation_checkpointing")["training"][0]
+    assert 0 < checkpointed["activations"] < plain["activations"]
+
+
 @pytest.mark.parametrize(("argv", "said"), [
+    (["llama3-8b", "--training", "--batch_size", "2"], "--batch_size 2 --seq_len None: give both"),
     (["no-such-model-here"], "is not a preset (llama3-8b, llama3-70b), a folder with a config.json"),
     (["llama3-8b", "--device_memory", "lots"], "--device_memory 'lots' is not a size"),
     (["llama3-8b", "--library_name", "timm"], "--library_name timm is not estimated yet"),
