@@ -33,5 +33,5 @@ def test_a_typo_gets_the_closest_name(capsys: pytest.CaptureFixture[str], argv: 
 def test_nothing_close_lists_what_is_known(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["xyzzy"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "accel: unknown command 'xyzzy'; known: config, launch, env, test, bench (see `accel --help`)"
+        "accel: unknown command 'xyzzy'; known: config, launch, env, test, bench, estimate-memory (see `accel --help`)"
     )
