@@ -37,7 +37,10 @@ def add_parser(subparsers: Any) -> None:
                         "fp8-native, fp8-native-O1, fp8-native-O2 (one process)")
     parser.add_argument("--cpu", action="store_true", help="for a run on the CPU (which layers native FP8 converts "
                         "depends on the device; default: a GPU)")
-    parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp"], help="ddp (or one process), fsdp (FSDP2)")
+    parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp", "hsdp"],
+                        help="ddp (or one process), fsdp (FSDP2 over every process), hsdp (FSDP2 over --dp_shard_size)")
+    parser.add_argument("--dp_shard_size", type=int, help="hsdp: the processes each group shards over "
+                        "(ParallelismConfig's dp_shard_size)")
     parser.add_argument("--num_processes", type=int, default=1, help="processes (ranks) of the training table")
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd-momentum"])
     parser.add_argument("--batch_size", type=int, help="sequences per micro-batch on one rank: adds the activations "
@@ -113,7 +116,7 @@ def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, An
     found = []
     for precision in args.mixed_precision:
         ranks = training_bytes(model, precision, args.layout, args.num_processes, args.optimizer,
-                               device="cpu" if args.cpu else "cuda")
+                               device="cpu" if args.cpu else "cuda", shard_size=args.dp_shard_size)
         largest = max(ranks, key=lambda r: r.total)
         row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
                                **{key: getattr(largest, key) for key in _KEYS}}

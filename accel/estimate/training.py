@@ -15,7 +15,8 @@ and a number of processes, by the rules each part of a run follows:
 * layout: "ddp" replicates everything and adds DDP's gradient buckets (one more copy of the
   gradients, unless `gradient_as_bucket_view`); "fsdp" (FSDP2) shards each parameter on dim 0 in
   chunks of ceil(rows / N): parameters and gradients are held padded to that chunk on every rank,
-  optimizer state only for the rank's own rows.
+  optimizer state only for the rank's own rows; "hsdp" (FSDP2 over `shard_size` processes, replicated
+  across the groups of them) the same with N = shard_size, the shard index being rank % shard_size.
 
 Checked against what real runs hold (measure.py) in tests/estimate/.
 """
@@ -36,7 +37,7 @@ PRECISIONS = {  # precision -> weight dtype of trainable parameters (None: as th
 }
 SCALE_BYTES = 4  # one float32 scale
 OPTIMIZERS = {"adamw": 2, "adam": 2, "sgd": 0, "sgd-momentum": 1}  # name -> state tensors like each parameter
-LAYOUTS = ("ddp", "fsdp")
+LAYOUTS = ("ddp", "fsdp", "hsdp")
 STEP_BYTES = 4  # Adam's per-parameter `step`, a float32 scalar
 
 
@@ -113,13 +114,16 @@ def _fp8_bytes(t: _Tensor, optimizer: str) -> tuple[int, int, int]:
     return 2 * n + SCALE_BYTES, n + 2 * SCALE_BYTES, state
 
 
-def _check(precision: str, layout: str, processes: int, optimizer: str) -> None:
+def _check(precision: str, layout: str, processes: int, optimizer: str, shard_size: int | None) -> None:
     for name, value, accepted in (("precision", precision, PRECISIONS), ("layout", layout, LAYOUTS),
                                   ("optimizer", optimizer, OPTIMIZERS)):
         if value not in accepted:
             raise ValueError(f"{name}={value!r} is not estimated; accepted: {', '.join(accepted)}")
     if processes < 1:
         raise ValueError(f"processes={processes} must be at least 1")
+    if layout == "hsdp" and (shard_size is None or shard_size < 1 or processes % shard_size):
+        raise ValueError(f"layout='hsdp' needs shard_size, a divisor of processes={processes} (got {shard_size}): "
+                         "the processes each group shards over (ParallelismConfig's dp_shard_size)")
     level = FP8_LEVELS.get(precision)
     if level and processes > 1:
         raise ValueError(f"precision={precision!r} with processes={processes} is not estimated yet (O1/O2 storage "
@@ -130,7 +134,7 @@ def _check(precision: str, layout: str, processes: int, optimizer: str) -> None:
 
 def training_bytes(
     model: nn.Module, precision: str = "no", layout: str = "ddp", processes: int = 1, optimizer: str = "adamw",
-    gradient_as_bucket_view: bool = False, device: str = "cuda",
+    gradient_as_bucket_view: bool = False, device: str = "cuda", shard_size: int | None = None,
 ) -> list[RankBytes]:
     """Each rank's bytes for training `model` (built on the meta device or not: only shapes are read).
 
@@ -138,12 +142,14 @@ def training_bytes(
         model: the model, as the script builds it (its parameters' dtypes are the "no" precision's).
         precision: an accel precision: "no", "fp16", "bf16", "bf16-true", "16-true", "64-true", or native
             FP8 as `accel bench` names it: "fp8-native", "fp8-native-O1", "fp8-native-O2".
-        layout: "ddp" (one process or DDP) or "fsdp" (FSDP2, every parameter sharded).
+        layout: "ddp" (one process or DDP), "fsdp" (FSDP2, every parameter sharded over all processes) or
+            "hsdp" (FSDP2 over `shard_size` processes, replicated across the groups).
         processes: the number of processes.
         optimizer: "adamw", "adam", "sgd" or "sgd-momentum".
         gradient_as_bucket_view: DDP's option: gradients are views of its buckets (no second copy).
         device: the device type the job runs on ("cuda", "cpu"): which layers native FP8 converts
             depends on it (on a GPU, layers too small to gain are left out).
+        shard_size: "hsdp"'s shard group size (ParallelismConfig's dp_shard_size).
 
     Returns:
         One RankBytes per rank, in rank order.
@@ -153,7 +159,8 @@ def training_bytes(
         ...     model = torch.nn.Linear(4096, 4096)
         >>> training_bytes(model, "bf16", "fsdp", processes=8)[0].total
     """
-    _check(precision, layout, processes, optimizer)
+    _check(precision, layout, processes, optimizer, shard_size)
+    shards = processes if layout == "fsdp" else shard_size if layout == "hsdp" else 1
     tensors = _tensors(model, precision, device)
     states = OPTIMIZERS[optimizer]
     ranks = []
@@ -164,10 +171,10 @@ def training_bytes(
                 held_parameter, held_gradient, held_state = _fp8_bytes(t, optimizer)
                 parameters, gradients, state = parameters + held_parameter, gradients + held_gradient, state + held_state
                 continue
-            if layout == "fsdp" and processes > 1:
-                chunk = math.ceil(t.rows / processes)
+            if shards and shards > 1:
+                chunk = math.ceil(t.rows / shards)
                 held = chunk * t.rest * t.itemsize  # padded to the chunk on every rank
-                own = max(0, min(chunk, t.rows - rank * chunk)) * t.rest * t.itemsize
+                own = max(0, min(chunk, t.rows - rank % shards * chunk)) * t.rest * t.itemsize
             else:
                 held = own = t.rows * t.rest * t.itemsize
             parameters += held

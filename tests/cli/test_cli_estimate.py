@@ -73,6 +73,9 @@ def test_llama3_8b_on_8_ranks_matches_zero_3_accounting(capsys: pytest.CaptureFi
     ddp = _json(capsys, "llama3-8b", "--training", "--num_processes", "2", "--mixed_precision", "bf16",
                 "--device_memory", "80GB")["training"][0]
     assert ddp["buffers"] == ddp["gradients"] == count * 4 and ddp["fits"] is False  # DDP's buckets: one more copy
+    hsdp = _json(capsys, "llama3-8b", "--training", "--layout", "hsdp", "--num_processes", "64", "--dp_shard_size", "8",
+                 "--mixed_precision", "no")["training"][0]
+    assert hsdp["total"] == no["total"]  # 8 groups of 8 shards hold what 8 FSDP ranks hold
 
 
 def build_tiny() -> torch.nn.Module:
@@ -99,6 +102,8 @@ def test_activations_join_the_total_and_checkpointing_shrinks_them(llama_folder:
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["llama3-8b", "--training", "--batch_size", "2"], "--batch_size 2 --seq_len None: give both"),
+    (["llama3-8b", "--training", "--layout", "hsdp", "--num_processes", "6", "--dp_shard_size", "4"],
+     "layout='hsdp' needs shard_size, a divisor of processes=6 (got 4)"),
     (["no-such-model-here"], "is not a preset (llama3-8b, llama3-70b), a folder with a config.json"),
     (["llama3-8b", "--device_memory", "lots"], "--device_memory 'lots' is not a size"),
     (["llama3-8b", "--library_name", "timm"], "--library_name timm is not estimated yet"),

@@ -24,14 +24,19 @@ def odd_model() -> nn.Module:
 
 
 def main(layout: str) -> None:
-    plugin = None
-    if layout == "fsdp":
+    plugin = parallelism = None
+    if layout in ("fsdp", "hsdp"):
         from accel.fsdp import FullyShardedDataParallelPlugin
 
         plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
-    accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
+    if layout == "hsdp":  # 4 processes: 2 groups of 2 shards
+        from accel.parallelism_config import ParallelismConfig
+
+        parallelism = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2)
+    accelerator = Accelerator(cpu=True, fsdp_plugin=plugin, parallelism_config=parallelism)
     model = odd_model()
-    estimate = training_bytes(model, "no", layout, accelerator.num_processes, "adamw")
+    estimate = training_bytes(model, "no", layout, accelerator.num_processes, "adamw",
+                              shard_size=2 if layout == "hsdp" else None)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.backward(model(torch.randint(0, 11, (4, 3))).sum())

@@ -1,6 +1,7 @@
 """The per-rank training estimate equals what real runs hold: parameters, gradients and optimizer state
-byte for byte (measure.held_bytes after a step), on one process in every precision, and on two
-processes under DDP (with its gradient buckets, as torch reports them) and FSDP2 (padded shards)."""
+byte for byte (measure.held_bytes after a step), on one process in every precision, on two processes
+under DDP (with its gradient buckets, as torch reports them) and FSDP2 (padded shards), and on four
+under HSDP (2 groups of 2 shards)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ def test_one_process_holds_what_was_estimated(precision: str, optimizer: str) ->
     assert estimate.buffers == 0 and held.optimizer > 0 or optimizer == "sgd"
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+@pytest.fixture(scope="module", params=["ddp", "fsdp", "hsdp"])
 def launched(request: pytest.FixtureRequest) -> Launched:
-    run = launch("../../estimate/estimate_script.py", request.param, timeout=180)
+    processes = 4 if request.param == "hsdp" else 2
+    run = launch("../../estimate/estimate_script.py", request.param, processes=processes, timeout=240)
     assert run.returncode == 0, run.stderr[-4000:]
     return run
 
@@ -52,6 +54,8 @@ def test_two_processes_hold_what_was_estimated(launched: Launched) -> None:
         assert [e[3] for e in estimated] == launched.of("buckets") == [h[1] for h in held]
     else:  # FSDP2: the ranks hold padded shards of the same size, and optimizer state for their own rows only
         assert held[0][:2] == held[1][:2] and held[0][2] != held[1][2]
+    if len(held) == 4:  # HSDP: the two groups hold the same shards
+        assert held[:2] == held[2:]
 
 
 def test_zero_accounting_at_scale() -> None:
