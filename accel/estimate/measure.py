@@ -64,8 +64,8 @@ def held_bytes(
             is counted too (native FP8 O1/O2: the FP8 gradients and the float16 weights' scales).
 
     Example:
-        >>> held = held_bytes(model, [optimizer], accelerator)
-        >>> held.parameters, held.gradients, held.optimizer
+        >>> held = held_bytes(model, [optimizer], accelerator)  # doctest: +SKIP
+        >>> held.parameters, held.gradients, held.optimizer  # doctest: +SKIP
     """
     seen: set[tuple[int, int]] = set()
     parameters = list(model.parameters())
