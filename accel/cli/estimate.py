@@ -24,8 +24,8 @@ def add_parser(subparsers: Any) -> None:
         description="Build the model on the meta device (nothing downloaded, nothing allocated) and print "
         "Accelerate's table for loading it; with --training, what each rank holds to train it.",
     )
-    parser.add_argument("model_name", help="a transformers folder or cached Hub name, a preset (llama3-8b, "
-                        "llama3-70b), or module:function returning an nn.Module")
+    parser.add_argument("model_name", help="a transformers folder or cached Hub name, a preset (gpt: the example "
+                        "GPT; llama3-8b, llama3-70b), or module:function returning an nn.Module")
     parser.add_argument("--library_name", choices=["timm", "transformers"], help="the model's library (Accelerate's flag)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "int8", "int4"],
                         choices=["float32", "float16", "int8", "int4"], help="dtypes of the loading table")

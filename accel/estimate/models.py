@@ -1,7 +1,8 @@
 """The model an estimate is for, built on the meta device (shapes only, no memory, nothing downloaded).
 
 A source is one of:
-* a preset: "llama3-8b", "llama3-70b" (Llama 3's published shapes, through transformers' LlamaConfig);
+* a preset: "gpt" (the example GPT, as `accel bench` and examples/train_gpt.py build it by default),
+  "llama3-8b", "llama3-70b" (Llama 3's published shapes, through transformers' LlamaConfig);
 * a transformers model: a local folder with a config.json, or a Hub name already in the local cache;
 * "module:function" or "path/to/file.py:function": a function that returns an `nn.Module`.
 """
@@ -37,6 +38,11 @@ def build_on_meta(source: str, library_name: str | None = None, lm_head: bool = 
     Raises:
         ValueError: naming the source and the three kinds accepted, when none of them matches.
     """
+    if source == "gpt":
+        from accel.bench.gpt import GPT, GPTConfig
+
+        with torch.device("meta"):
+            return GPT(GPTConfig())
     if ":" in source and library_name is None and not Path(source).exists():
         return _from_function(source)
     with _torchao_quiet():
@@ -66,7 +72,7 @@ def _transformers_config(source: str) -> Any:
         return AutoConfig.from_pretrained(source, local_files_only=True)
     except (OSError, ValueError) as error:
         raise ValueError(
-            f"model {source!r} is not a preset ({', '.join(PRESETS)}), a folder with a config.json, a Hub name in "
+            f"model {source!r} is not a preset (gpt, {', '.join(PRESETS)}), a folder with a config.json, a Hub name in "
             f"the local cache (nothing is downloaded: `huggingface-cli download {source} config.json` first), or "
             f"'module:function' ({str(error).splitlines()[0]})"
         ) from None
@@ -98,7 +104,11 @@ def _from_function(source: str) -> nn.Module:
     if not callable(function):
         raise ValueError(f"model {source!r}: {where} has no function {name!r}")
     with torch.device("meta"):
-        model = function()
+        try:
+            model = function()
+        except TypeError as error:  # it wants arguments: say so in one line, not a traceback
+            raise ValueError(f"model {source!r}: {name}() must build the model without arguments ({error}); "
+                             f"write a function that does, e.g. def make(): return {name}(...)") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"model {source!r}: {name}() returned {type(model).__name__}, not an nn.Module")
     return model

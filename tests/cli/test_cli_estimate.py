@@ -78,6 +78,19 @@ def test_llama3_8b_on_8_ranks_matches_zero_3_accounting(capsys: pytest.CaptureFi
     assert hsdp["total"] == no["total"]  # 8 groups of 8 shards hold what 8 FSDP ranks hold
 
 
+def test_the_example_gpt_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    """The example GPT (about 0.8M parameters): its fp32 AdamW state is 16 bytes a parameter plus a step per
+    tensor, and its 8x64 activations are what tests/estimate measured for it."""
+    from accel.bench.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig())
+    count, tensors = sum(p.numel() for p in model.parameters()), len(list(model.parameters()))
+    [row] = _json(capsys, "gpt", "--training", "--mixed_precision", "no", "--batch_size", "8", "--seq_len", "64",
+                  "--cpu")["training"]
+    assert row["parameters"] + row["gradients"] + row["optimizer"] == 16 * count + 4 * tensors
+    assert row["activations"] == 17572356
+
+
 def build_tiny() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.Linear(20, 3))
 
@@ -104,7 +117,8 @@ def test_activations_join_the_total_and_checkpointing_shrinks_them(llama_folder:
     (["llama3-8b", "--training", "--batch_size", "2"], "--batch_size 2 --seq_len None: give both"),
     (["llama3-8b", "--training", "--layout", "hsdp", "--num_processes", "6", "--dp_shard_size", "4"],
      "layout='hsdp' needs shard_size, a divisor of processes=6 (got 4)"),
-    (["no-such-model-here"], "is not a preset (llama3-8b, llama3-70b), a folder with a config.json"),
+    (["no-such-model-here"], "is not a preset (gpt, llama3-8b, llama3-70b), a folder with a config.json"),
+    (["accel.bench.gpt:GPT"], "GPT() must build the model without arguments"),
     (["llama3-8b", "--device_memory", "lots"], "--device_memory 'lots' is not a size"),
     (["llama3-8b", "--library_name", "timm"], "--library_name timm is not estimated yet"),
     (["llama3-8b", "--training", "--mixed_precision", "fp8"], "precision='fp8' is not estimated"),
