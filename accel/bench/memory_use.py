@@ -11,11 +11,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from accel.estimate.measure import storage_bytes
 
 _PROC = Path("/proc/self")
 
@@ -73,22 +74,7 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     tensors: list[torch.Tensor] = [*model.parameters(), *model.buffers()]
     for state in optimizer.state.values():
         tensors.extend(value for value in state.values() if isinstance(value, torch.Tensor))
-    return _unique_bytes(tensors)
-
-
-def _unique_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    seen: set[tuple[str, int]] = set()
-    total = 0
-    for tensor in tensors:
-        try:
-            storage = tensor.untyped_storage()
-            key, size = (str(tensor.device), storage.data_ptr()), storage.nbytes()
-        except (RuntimeError, NotImplementedError, TypeError):  # tensor subclasses without one storage
-            key, size = (str(tensor.device), id(tensor)), tensor.numel() * tensor.element_size()
-        if key not in seen:
-            seen.add(key)
-            total += size
-    return total
+    return storage_bytes(tensors)
 
 
 def _reset_peak_rss() -> bool:

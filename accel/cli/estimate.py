@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from accel.estimate.activations import ActivationBytes
 
 COMMAND = "accel estimate-memory"
 _UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4,
@@ -75,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
             value is not None and value < 1 for value in (args.batch_size, args.seq_len)):
         raise CliError(f"--batch_size {args.batch_size} --seq_len {args.seq_len}: give both, each at least 1, "
                        "for the activations (or neither)", command=COMMAND)
+    if args.dp_shard_size is not None and args.layout != "hsdp":
+        raise CliError(f"--dp_shard_size {args.dp_shard_size} is for --layout hsdp (the layout is {args.layout}): "
+                       "add --layout hsdp, or leave it out", command=COMMAND)
     try:
         model = build_on_meta(args.model_name, args.library_name, lm_head=False)
         rows = inference_rows(model, args.dtypes)
@@ -108,7 +114,6 @@ _TRAINING_HEADERS = ["precision", "parameters", "gradients", "optimizer state", 
 
 
 def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, Any]]:
-    from accel.estimate.activations import activation_bytes
     from accel.estimate.models import build_on_meta
     from accel.estimate.training import FP8_LEVELS, training_bytes
 
@@ -123,13 +128,27 @@ def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, An
         if args.batch_size is not None:
             row["activations"] = None
             if precision not in FP8_LEVELS:  # FP8's saved tensors are not estimated yet: said as "-"
-                measured = activation_bytes(build_on_meta(args.model_name, args.library_name), args.batch_size,
-                                            args.seq_len, precision)
+                measured = _activations(args, precision)
                 row["activations"] = measured.checkpointed if args.activation_checkpointing else measured.saved
             row["total"] = None if row["activations"] is None else row["total"] + row["activations"]
         row["fits"] = None if device is None or row["total"] is None else row["total"] <= device
         found.append(row)
     return found
+
+
+def _activations(args: argparse.Namespace, precision: str) -> ActivationBytes:
+    """The activations of a fresh meta model (the measurement makes its parameters fake)."""
+    from accel.estimate.activations import activation_bytes
+    from accel.estimate.models import build_on_meta
+
+    try:
+        return activation_bytes(build_on_meta(args.model_name, args.library_name), args.batch_size, args.seq_len,
+                                precision)
+    except (RuntimeError, NotImplementedError, TypeError, IndexError) as error:  # the forward on fake tensors
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{args.model_name}: its forward on a {args.batch_size}x{args.seq_len} micro-batch of token "
+                         f"ids could not run on fake tensors ({first}); leave out --batch_size and --seq_len for "
+                         "the rest of the table") from None
 
 
 def _shown(value: int | None) -> str:

@@ -37,16 +37,24 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else tensor
 
 
-def _storage_bytes(tensors: Iterable[torch.Tensor], seen: set[tuple[int, int]]) -> int:
+def storage_bytes(tensors: Iterable[torch.Tensor], seen: set[tuple[str, int]] | None = None) -> int:
+    """Bytes of the storages under `tensors`, each counted once (views, tied weights, a flat buffer's
+    parts); a DTensor counts its local shard. `seen` carries the storages counted across calls.
+
+    A tensor subclass without one storage counts its elements' bytes.
+    """
+    seen = set() if seen is None else seen
     total = 0
     for tensor in tensors:
         local = _local(tensor)
-        storage = local.untyped_storage()
-        key = (storage.data_ptr(), storage.nbytes())
-        if key in seen or storage.nbytes() == 0:
-            continue
-        seen.add(key)
-        total += storage.nbytes()
+        try:
+            storage = local.untyped_storage()
+            key, size = (str(local.device), storage.data_ptr()), storage.nbytes()
+        except (RuntimeError, NotImplementedError, TypeError):  # tensor subclasses without one storage
+            key, size = (str(local.device), id(local)), local.numel() * local.element_size()
+        if key not in seen and size:
+            seen.add(key)
+            total += size
     return total
 
 
@@ -67,13 +75,13 @@ def held_bytes(
         >>> held = held_bytes(model, [optimizer], accelerator)  # doctest: +SKIP
         >>> held.parameters, held.gradients, held.optimizer  # doctest: +SKIP
     """
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[str, int]] = set()
     parameters = list(model.parameters())
     extra = accelerator.precision.held_tensors() if accelerator is not None else {}
     return HeldBytes(
-        parameters=_storage_bytes([*parameters, *extra.get("parameters", [])], seen),
-        gradients=_storage_bytes([*(p.grad for p in parameters if p.grad is not None), *extra.get("gradients", [])],
+        parameters=storage_bytes([*parameters, *extra.get("parameters", [])], seen),
+        gradients=storage_bytes([*(p.grad for p in parameters if p.grad is not None), *extra.get("gradients", [])],
                                  seen),
-        optimizer=_storage_bytes((value for optimizer in optimizers for state in optimizer.state.values()
+        optimizer=storage_bytes((value for optimizer in optimizers for state in optimizer.state.values()
                                   for value in state.values() if isinstance(value, torch.Tensor)), seen),
     )

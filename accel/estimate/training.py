@@ -24,7 +24,6 @@ Checked against what real runs hold (measure.py) in tests/estimate/.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -97,10 +96,9 @@ def _tensors(model: nn.Module, precision: str, device: str) -> list[_Tensor]:
     found = []
     for parameter in model.parameters():  # tied parameters once
         rows = parameter.shape[0] if parameter.dim() else 1
-        itemsize = torch.empty((), dtype=_dtype(parameter, precision)).element_size()
         kept = level if id(parameter) in converted else None  # frozen ones too: float16, with their scales
-        found.append(_Tensor(rows, parameter.numel() // max(rows, 1), 2 if kept else itemsize, parameter.requires_grad,
-                             kept))
+        found.append(_Tensor(rows, parameter.numel() // max(rows, 1), _dtype(parameter, precision).itemsize,
+                             parameter.requires_grad, kept))
     return found
 
 
@@ -185,8 +183,3 @@ def training_bytes(
         buffers = gradients if layout == "ddp" and processes > 1 and not gradient_as_bucket_view else 0
         ranks.append(RankBytes(rank, parameters, gradients, state, buffers))
     return ranks
-
-
-def per_parameter(ranks: Sequence[RankBytes], parameters: int) -> float:
-    """The largest rank's bytes per model parameter (ZeRO's accounting: 16 for fp32 AdamW on one rank)."""
-    return max(r.total for r in ranks) / max(parameters, 1)
