@@ -13,7 +13,8 @@ The modules, by job:
   fractions, as metrics), health_readers.py (what the te and ao backends can read of them);
 * one adapter per library:
   - native.py (accel's own FP8, accel.backends.native_fp8) with native_model.py (its forward
-    wrapper, its scalers, the tied weights it cannot give O1/O2 storage);
+    wrapper, its scalers, the tied weights it cannot give O1/O2 storage) and native_readings.py
+    (FP8 health's readings and `fp8_stats` from its scalers and O1/O2 gradients);
   - te.py (NVIDIA TransformerEngine) with te_api.py (TE's entry points before and after 2.9),
     te_convert.py (Linear and LayerNorm layers swapped for TE's), te_params.py (`fp8_params`: FP8
     weights in the modules, masters with the optimizer), te_recipe.py (the TE recipe object, and

@@ -33,6 +33,7 @@ from accel.backends.fp8.native_model import (
     shared_parameter_ids,
     unmatched_pattern_message,
 )
+from accel.backends.fp8.native_readings import fp8_stats, health_readings
 from accel.backends.native_fp8 import (
     Float8Config,
     Float8Conv1D,
@@ -121,9 +122,9 @@ class NativeFP8(FP8Backend):
         self._state_preserver = StatePreserver(lambda param: id(param) in self._compact_by_id)
         self._scaled = self.loss_scaler is not None and self.loss_scaler.scaler.is_enabled()
         self._steppers: dict[int, LevelStep] = {}
+        """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
         self._fp8_weights: list[FP8Weight] = []
         """The FP8 weights of fp8_params, remade after each optimizer step that changed their masters."""
-        """Per optimizer, what the loss scaler steps (base_precision='fp16')."""
         self._sharded = False
         """Under FSDP2 (configure_fsdp): no O1/O2 storage; the FP8 GEMMs run on the gathered weights."""
         self._gathered_layers: list[Float8Linear | Float8Conv1D] = []
@@ -335,25 +336,7 @@ class NativeFP8(FP8Backend):
         """Per FP8 tensor: amax and scale of the last step, and under FP8 health's counting the
         saturated share of the values cast and the flushed share of the nonzero ones (one device
         sync for the whole model). O1/O2's FP8 gradients ('<layer>.weight_grad'): amax and scale."""
-        names, columns = [], []
-        for name, scaler in self.scalers.scalers.items():
-            counted = scaler.has_counts
-            names.append((name, counted))
-            columns += [scaler.last_amax, scaler.scale]
-            if counted:
-                columns += [scaler.last_saturated / max(scaler.last_values, 1),
-                            scaler.last_flushed / scaler.last_nonzero.clamp(min=1)]
-        for name, part in self.compact_parameters.items():
-            names.append((f"{name}_grad", False))
-            columns += [part.grad.last_amax, part.grad.last_scale_inv.reciprocal()]
-        if not columns:
-            return {}
-        flat = iter(torch.stack([c.float().to(columns[0].device).reshape(()) for c in columns]).tolist())
-        readings: Readings = {}
-        for name, counted in names:
-            keys = ("amax", "scale", "saturated", "underflowed") if counted else ("amax", "scale")
-            readings[name] = {key: next(flat) for key in keys}
-        return readings
+        return health_readings(self.scalers, self.compact_parameters)
 
     def fp8_stats(self) -> dict[str, dict[str, float]]:
         """Per tensor of every FP8 layer, its last step's amax and scale, and the over/underflow
@@ -362,13 +345,7 @@ class NativeFP8(FP8Backend):
         Keys: ``"<layer>.input"``, ``".weight"``, ``".grad_output"`` for the GEMM operands;
         under O1/O2 also ``"<layer>.weight_grad"`` / ``".bias_grad"`` for the FP8 gradients.
         """
-        stats = {name: {k: float(v) for k, v in s.items()} for name, s in self.scalers.stats().items()}
-        for name, part in self.compact_parameters.items():
-            stats[f"{name}_grad"] = {
-                "amax": float(part.grad.last_amax),
-                "scale": float(part.grad.last_scale_inv.reciprocal()),
-            }
-        return stats
+        return fp8_stats(self.scalers, self.compact_parameters)
 
     def state_dict(self) -> dict[str, Any]:
         return {
