@@ -6,8 +6,9 @@ re-exported here for code that imports them from this package.
 The modules, by job:
 
 * the class: accelerator.py (`Accelerator`, assembled from the mixins below: its constructor, the
-  precision's properties, `init_module`, `free_memory`, `end_training`), options.py (each constructor keyword checked against its ACCEL_*
-  variable, and the precision backend and parallelism strategy chosen from them);
+  precision's properties, `init_module`, `free_memory`, `end_training`), options.py (each
+  constructor keyword checked against its ACCEL_* variable, and the precision backend and
+  parallelism strategy chosen from them);
 * the training loop: training_step.py (`backward`, `autocast`, `accumulate`, `unscale_gradients`,
   `clip_grad_norm_`, `clip_grad_value_`);
 * preparing: preparing.py (`prepare` and its per-kind `prepare_*` methods), prepare_checks.py (the

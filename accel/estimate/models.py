@@ -45,6 +45,9 @@ def build_on_meta(source: str, library_name: str | None = None, lm_head: bool = 
             return GPT(GPTConfig())
     if ":" in source and library_name is None and not Path(source).exists():
         return _from_function(source)
+    if importlib.util.find_spec("transformers") is None:
+        raise ValueError(f"model {source!r}: presets and transformers models need transformers (pip install "
+                         "transformers); without it, give 'module:function' or the preset gpt")
     with _torchao_quiet():
         if source in PRESETS:
             from transformers import LlamaConfig
@@ -63,11 +66,8 @@ def _torchao_quiet() -> AbstractContextManager[None]:
 
 
 def _transformers_config(source: str) -> Any:
-    try:
-        from transformers import AutoConfig
-    except ImportError:
-        raise ValueError(f"model {source!r}: reading a transformers model needs transformers (pip install "
-                         "transformers)") from None
+    from transformers import AutoConfig
+
     try:
         return AutoConfig.from_pretrained(source, local_files_only=True)
     except (OSError, ValueError) as error:

@@ -136,3 +136,14 @@ def test_bad_input_is_one_line_naming_it(argv: list[str], said: str | None,
     assert main(["estimate-memory", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("accel estimate-memory: ") and said in err and "Traceback" not in err
+
+
+def test_without_transformers_a_preset_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    assert main(["estimate-memory", "llama3-8b"]) == 2
+    assert "need transformers (pip install transformers)" in capsys.readouterr().err
+    assert main(["estimate-memory", "gpt", "--dtypes", "float32"]) == 0  # the example GPT needs no transformers
