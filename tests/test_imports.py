@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fresh_interpreter  # what a script loads from nothing
+
 HEAVY = (
     "torch.distributed.checkpoint", "torch.distributed.tensor", "torch.distributed.elastic",
     "torch.distributed.fsdp", "accel.backends.native_fp8", "accel.backends.fp8", "deepspeed",

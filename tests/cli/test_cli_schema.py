@@ -109,6 +109,7 @@ def test_fp8_recipe_from_env_names_the_bad_variable(variable: str, text: str, ex
     assert expected in str(info.value)
 
 
+@pytest.mark.fresh_interpreter
 def test_schema_and_cli_import_without_torch() -> None:
     code = "import sys, accel.settings, accel.cli.main; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

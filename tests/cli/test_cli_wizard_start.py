@@ -23,6 +23,8 @@ import yaml
 from accel.backends.names import CANONICAL_PRECISIONS
 from tests.cli.test_cli_wizard import ENTER, Wizard, launch_roundtrip
 
+pytestmark = pytest.mark.fresh_interpreter  # these tests make torch's import slow, which the warm interpreter has done
+
 SHIM = '''"""The test's machine (tests/cli/test_cli_wizard_start.py): imported at start-up, first on PYTHONPATH."""
 import importlib.abc
 import importlib.util

@@ -70,6 +70,7 @@ except Exception as error:
 """
 
 
+@pytest.mark.fresh_interpreter  # numpy not loaded yet
 @pytest.mark.parametrize("call", ["save_state", "save_model"])
 def test_without_numpy_the_import_error_is_itself(tmp_path: Path, call: str) -> None:
     target = tmp_path / "out"

@@ -1,0 +1,414 @@
+"""A warm `python` for the suite's subprocesses: one interpreter imports torch once, and forks a copy per run.
+
+Most of the suite's time is interpreters starting: `import torch` costs about 2 CPU-seconds per process on a
+2-core machine, and the suite starts well over a thousand processes (training launches, their workers, the
+real scripts under both frameworks, the command line). Each pytest worker therefore starts one *zygote*, an
+interpreter that has imported torch and waits on a Unix socket, and points `sys.executable` at a small
+*client* script. A test's `subprocess.run([sys.executable, ...])` (and any process that one starts the same
+way: torch's launcher starts its workers with `sys.executable`) runs the client, which hands its command line,
+environment, working folder and standard streams to the zygote; a forked copy becomes that process and runs
+the script; the client forwards signals to it and ends with its exit status.
+
+What the copy holds that a fresh interpreter would not: the modules `import torch` loads, and those torch
+loads when a script builds its first optimizer (torch._dynamo, with sympy and parts of torch.distributed:
+about 800 modules, a CPU-second), already loaded; and the zygote's hash seed. What it rebuilds: `sys.argv`,
+`sys.path` (the script's folder, then PYTHONPATH), `sys.executable` (the client, so its own children come here
+too), the environment, the working folder, the standard streams (buffered as Python would for them),
+`-W`/PYTHONWARNINGS filters, a `sitecustomize` found on PYTHONPATH, torch's thread count from OMP_NUM_THREADS,
+and the random seeds. It exits as Python does: atexit handlers, then the interpreter's teardown.
+
+Anything else runs on the real interpreter (the client execs it): a command-line option other than `-u`,
+`-B` and `-W`, `--multiprocessing-fork` (it needs inherited file descriptors), an interpreter setting in the
+environment (PYTHONHASHSEED, PYTHONOPTIMIZE, ...) or a setting read when torch loads (TORCH_LOGS, LD_*, ...)
+that differs from the zygote's, a closed standard stream, and every command when `TESTS_ZYGOTE=off`. A test
+that must see a fresh interpreter (what importing accel loads, how an interpreter ends) uses `REAL_PYTHON`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any, NoReturn
+
+REAL_PYTHON = sys.executable  # imported by tests/conftest.py before it points sys.executable at the client
+_ACCEPTED_FLAGS = {"-u", "-B"}
+# Read by the interpreter at start or by torch's libraries when they load: a run that sets one differently
+# from the zygote needs a fresh interpreter.
+_FIXED_AT_START = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDEVMODE", "PYTHONTRACEMALLOC", "PYTHONMALLOC",
+                   "PYTHONPROFILEIMPORTTIME", "PYTHONINSPECT", "PYTHONSAFEPATH", "PYTHONHOME", "PYTHONIOENCODING",
+                   "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR",
+                   "PYTHONVERBOSE", "PYTHONNODEBUGRANGES", "PYTHONINTMAXSTRDIGITS", "PYTHONWARNDEFAULTENCODING")
+_FIXED_PREFIXES = ("TORCH_LOGS", "TORCH_CPP", "TORCH_SHOW", "TORCH_COMPILE", "TORCH_DISABLE", "TORCH_FORCE",
+                   "TORCHDYNAMO", "TORCHINDUCTOR", "PYTORCH_JIT", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "MALLOC_",
+                   "LC_", "LANG")
+
+
+def command_form(args: list[str]) -> tuple[list[str], str, str, list[str]] | None:
+    """`python ARGS` as (flags, mode, target, script arguments), mode one of "m", "c", "file"; None when
+    the zygote cannot run it (then the real interpreter does)."""
+    flags: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in _ACCEPTED_FLAGS:
+            flags.append(arg)
+        elif arg == "-W" and index + 1 < len(args):
+            flags += [arg, args[index + 1]]
+            index += 1
+        elif arg.startswith("-W") and len(arg) > 2:
+            flags += ["-W", arg[2:]]
+        elif arg in ("-m", "-c") and index + 1 < len(args):
+            return flags, arg[1], args[index + 1], args[index + 2:]
+        elif arg.startswith("-") or not os.path.isfile(arg):
+            return None
+        else:
+            return flags, "file", arg, args[index + 1:]
+        index += 1
+    return None
+
+
+def _fixed(env: dict[str, str]) -> dict[str, str]:
+    """The settings a run must share with the zygote (OMP_NUM_THREADS is applied in the copy instead)."""
+    return {k: v for k, v in env.items()
+            if (k in _FIXED_AT_START or k.startswith(_FIXED_PREFIXES)) and k != "OMP_NUM_THREADS"}
+
+
+# ---------------------------------------------------------------------------------------------- the client
+
+
+def client_main(socket_path: str) -> NoReturn:
+    """The `python` a test runs: hand the run to the zygote, or become the real interpreter."""
+    args = sys.argv[1:]
+    form = command_form(args)
+    if form is None or os.environ.get("TESTS_ZYGOTE") == "off" or "--multiprocessing-fork" in args:
+        _exec_real(args)
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(socket_path)
+        _die_with_parent()
+        request = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
+                              "ppid": os.getppid()}).encode()
+        socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        reply = _read_line(conn)
+    except OSError:
+        _exec_real(args)
+    if reply == "no":
+        conn.close()
+        _exec_real(args)
+    pid = int(reply)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(number, lambda sig, _frame: _forward(pid, sig))
+    status = int(_read_line(conn) or "-9")
+    if status < 0:  # ended by a signal: end the same way, as the real interpreter's parent would see it
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    os._exit(status)
+
+
+def _die_with_parent() -> None:
+    """Die (SIGKILL) with the process that started this one, unless it asked for another signal already.
+
+    A script that ties its life to its parent's (accel's launch workers do, with prctl) does so in the copy,
+    whose parent is a waiter of the zygote; the client, the launcher's real child, carries it instead.
+    """
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    current = ctypes.c_int(0)
+    if prctl(2, ctypes.byref(current), 0, 0, 0) == 0 and current.value == 0:  # PR_GET_PDEATHSIG
+        parent = os.getppid()
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _forward(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _read_line(conn: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            return data.decode().strip()
+        data += chunk
+    return data.decode().strip()
+
+
+def _exec_real(args: list[str]) -> NoReturn:
+    os.execv(REAL_PYTHON, [REAL_PYTHON, *args])
+
+
+def write_client(path: str, socket_path: str) -> str:
+    """Write the client script at `path` (executable, run by the real interpreter without site-packages)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(path, "w") as file:
+        file.write(f"#!{REAL_PYTHON} -S\n"
+                   f"import sys\nsys.path.insert(0, {here!r})\n"
+                   f"from zygote import client_main\nclient_main({socket_path!r})\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- the zygote
+
+
+def serve(socket_path: str, client_path: str) -> None:
+    """Import torch, then fork a waiter per connection until killed."""
+    import gc
+    import io  # noqa: F401  (what a run needs, loaded once here)
+    import runpy  # noqa: F401
+    import warnings  # noqa: F401
+
+    started = dict(os.environ)
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (what torch loads when a script builds its first optimizer)
+
+    added = {k: v for k, v in os.environ.items() if k not in started}  # TORCHINDUCTOR_CACHE_DIR, set by dynamo
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, _reap)
+    gc.collect()
+    gc.freeze()  # the copies' collections skip what the zygote holds: fewer pages copied on write
+    print("ready", flush=True)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except InterruptedError:
+            continue
+        if os.fork() == 0:
+            listener.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _wait_for(conn, added, client_path)  # returns only in the process that runs the script
+            return
+        conn.close()
+
+
+def _reap(_number: int, _frame: Any) -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str) -> None:
+    """In a waiter: read one request; fork the process that runs it, report its pid and then its status.
+
+    `added`: the variables torch's import set in the zygote's environment, which it sets in a fresh one too.
+    """
+    import select
+
+    header, fds, _, _ = socket.recv_fds(conn, 4, 3)
+    (size,) = struct.unpack("!I", header)
+    data = b""
+    while len(data) < size:
+        data += conn.recv(size - len(data))
+    request = json.loads(data)
+    request["env"] = {**added, **request["env"]}
+    if _fixed(request["env"]) != _fixed(dict(os.environ)):
+        _log({"fresh": sorted(set(_fixed(request["env"]).items()) ^ set(_fixed(dict(os.environ)).items())),
+              "args": request["args"][:4], "test": request["env"].get("PYTEST_CURRENT_TEST")})
+        conn.sendall(b"no\n")
+        os._exit(0)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _become(request, fds, client_path)
+        return
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"{pid}\n".encode())
+    pidfd = os.pidfd_open(pid)
+    watched: list[Any] = [conn, pidfd]
+    while pidfd not in select.select(watched, [], [])[0]:
+        if not conn.recv(64):  # the client is gone (killed): so is its run, and what that run started in its group
+            _kill_group(pid)
+            watched = [pidfd]
+    _, status, usage = os.wait4(pid, 0)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    _log({"cpu": usage.ru_utime + usage.ru_stime, "wall": time.monotonic() - started, "args": request["args"][:4],
+          "test": request["env"].get("PYTEST_CURRENT_TEST")})
+    try:
+        conn.sendall(f"{code}\n".encode())
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _log(entry: dict[str, Any]) -> None:
+    """With TESTS_ZYGOTE_LOG=FILE: a JSON line per run (its CPU time), or per run sent to a fresh interpreter."""
+    if os.environ.get("TESTS_ZYGOTE_LOG"):
+        with open(os.environ["TESTS_ZYGOTE_LOG"], "a") as log:
+            log.write(json.dumps(entry) + "\n")
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _become(request: dict[str, Any], fds: list[int], client_path: str) -> None:
+    """In the forked copy: take the client's streams, environment and command line, and run it."""
+    import io
+    import random
+    import tempfile
+    import warnings
+
+    os.setpgid(0, 0)
+    _parent_is_the_clients(request["pid"], request["ppid"])
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    flags, mode, target, rest = command_form(request["args"])  # type: ignore[misc]
+    unbuffered = "-u" in flags or bool(os.environ.get("PYTHONUNBUFFERED"))
+    _streams(io, unbuffered)
+    sys.dont_write_bytecode = "-B" in flags or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    sys.executable = client_path
+    sys.orig_argv = [client_path, *request["args"]]
+    options = [flags[i + 1] for i, flag in enumerate(flags) if flag == "-W"]
+    options = [*[o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o], *options]
+    sys.warnoptions[:] = options
+    warnings._processoptions(options)  # type: ignore[attr-defined]
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    tempfile.tempdir = None
+    tempfile._name_sequence = None  # type: ignore[attr-defined]
+    if "OMP_NUM_THREADS" in os.environ:
+        import torch
+
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    first = {"m": os.getcwd(), "c": "", "file": os.path.dirname(os.path.abspath(target))}[mode]
+    pythonpath = [os.path.abspath(p) if p else os.getcwd() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    base = [p for p in sys.path[1:] if p not in pythonpath]
+    sys.path[:] = [first, *pythonpath, *base]
+    _sitecustomize(pythonpath)
+    if os.environ.get("PYTHONFAULTHANDLER"):
+        import faulthandler
+
+        faulthandler.enable()
+    raise SystemExit(_run(mode, target, rest))
+
+
+def _parent_is_the_clients(client: int, parent: int) -> None:
+    """`os.getppid()` answers the client's parent (the process that started this run) while the client lives
+    (in this process: a process it forks, a subprocess's `preexec_fn` for one, has its own parent)."""
+    real = os.getppid
+    me = os.getpid()
+
+    def getppid() -> int:
+        if os.getpid() != me:
+            return real()
+        try:
+            os.kill(client, 0)
+        except ProcessLookupError:
+            return real()
+        return parent
+
+    os.getppid = getppid
+
+
+def _streams(io: Any, unbuffered: bool) -> None:
+    """New sys.stdin/stdout/stderr over the received descriptors, buffered as Python buffers them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    sys.stdin = sys.__stdin__ = io.open(0, "r", closefd=False, encoding="utf-8")
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        tty = os.isatty(fd)
+        stream = io.TextIOWrapper(io.open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False),
+                                  encoding="utf-8", errors="backslashreplace" if fd == 2 else "strict",
+                                  line_buffering=tty or fd == 2, write_through=unbuffered)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _sitecustomize(pythonpath: list[str]) -> None:
+    """Import a `sitecustomize` on PYTHONPATH, as a fresh interpreter would (it shadows the system's)."""
+    for folder in pythonpath:
+        path = os.path.join(folder, "sitecustomize.py")
+        if os.path.isfile(path):
+            sys.modules.pop("sitecustomize", None)
+            import sitecustomize  # noqa: F401
+
+            return
+
+
+def _run(mode: str, target: str, rest: list[str]) -> Any:
+    """Run the command as `__main__`; the exit status (an uncaught exception is printed, status 1)."""
+    import importlib.machinery
+    import runpy
+    import types
+
+    main = types.ModuleType("__main__")  # a fresh __main__: `-m` runs the module in __main__'s namespace too
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        if mode == "m":
+            sys.argv = [target, *rest]
+            runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]
+        else:
+            sys.argv = ["-c" if mode == "c" else target, *rest]
+            if mode == "file":
+                main.__file__, main.__loader__ = target, importlib.machinery.SourceFileLoader("__main__", target)
+                with open(target, "rb") as file:
+                    source = file.read()
+            else:
+                source = target.encode()
+            exec(compile(source, target if mode == "file" else "<string>", "exec"), main.__dict__)
+        return 0
+    except SystemExit as ended:
+        return ended.code
+    except KeyboardInterrupt:
+        _print_exception()
+        _die_of_sigint()
+    except BaseException:
+        _print_exception()
+        return 1
+
+
+def _print_exception(this_file: str = __file__) -> None:
+    kind, value, trace = sys.exc_info()
+    while trace is not None and trace.tb_frame.f_code.co_filename == this_file:
+        trace = trace.tb_next
+    if value is not None:
+        value.__traceback__ = trace  # the hook prints the exception's own traceback
+    sys.excepthook(kind, value, trace)  # type: ignore[arg-type]
+
+
+def _die_of_sigint() -> NoReturn:
+    """End as Python does after an uncaught KeyboardInterrupt: exit handlers, then killed by SIGINT."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])
