@@ -233,9 +233,12 @@ def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str) -> N
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
-    pidfd = os.pidfd_open(pid)
+    try:
+        pidfd = os.pidfd_open(pid)  # Linux 5.3 and newer
+    except (AttributeError, OSError):
+        pidfd = None  # then a killed client leaves its run to end by itself
     watched: list[Any] = [conn, pidfd]
-    while pidfd not in select.select(watched, [], [])[0]:
+    while pidfd is not None and pidfd not in select.select(watched, [], [])[0]:
         if not conn.recv(64):  # the client is gone (killed): so is its run, and what that run started in its group
             _kill_group(pid)
             watched = [pidfd]
