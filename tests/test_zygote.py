@@ -111,6 +111,13 @@ def test_settings_read_at_start_are_the_runs_own(tmp_path: Path) -> None:
     assert warm.stdout == real.stdout == "True 1\nraised\n", warm.stderr
 
 
+def test_the_run_keeps_the_cores_it_was_pinned_to() -> None:
+    warm, real = both(["-c", "import os; print(sorted(os.sched_getaffinity(0)))"])
+    pinned = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                            capture_output=True, text=True, timeout=60)
+    assert warm.stdout == real.stdout and pinned.stdout == "[0]\n", pinned.stderr
+
+
 def test_what_it_cannot_copy_runs_on_the_real_interpreter() -> None:
     isolated = subprocess.run([sys.executable, "-I", "-c", "import sys; print('torch' in sys.modules)"],
                               capture_output=True, text=True, timeout=60)

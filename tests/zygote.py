@@ -13,7 +13,7 @@ What the copy holds that a fresh interpreter would not: the modules `import torc
 loads when a script builds its first optimizer (torch._dynamo, with sympy and parts of torch.distributed:
 about 800 modules, a CPU-second), already loaded; and the zygote's hash seed. What it rebuilds: `sys.argv`,
 `sys.path` (the script's folder, then PYTHONPATH), `sys.executable` (the client, so its own children come here
-too), the environment, the working folder, the standard streams (buffered as Python would for them),
+too), the environment, the working folder, the CPU affinity, the standard streams (buffered as Python would for them),
 `-W`/PYTHONWARNINGS filters, a `sitecustomize` found on PYTHONPATH, torch's thread count from OMP_NUM_THREADS,
 and the random seeds. It exits as Python does: atexit handlers, then the interpreter's teardown.
 
@@ -94,7 +94,7 @@ def client_main(socket_path: str) -> NoReturn:
         conn.connect(socket_path)
         _die_with_parent()
         request = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
-                              "ppid": os.getppid()}).encode()
+                              "ppid": os.getppid(), "cpus": sorted(os.sched_getaffinity(0))}).encode()
         socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
         reply = _read_line(conn)
     except OSError:
@@ -275,6 +275,7 @@ def _become(request: dict[str, Any], fds: list[int], client_path: str) -> None:
     import warnings
 
     os.setpgid(0, 0)
+    os.sched_setaffinity(0, request["cpus"])  # the cores the client may run on (taskset), as a fresh one would
     _parent_is_the_clients(request["pid"], request["ppid"])
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
