@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +13,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import zygote  # noqa: E402  (from tests/, put on the path above)
 
-_ZYGOTE: list[tuple[subprocess.Popen[str], tempfile.TemporaryDirectory[str]]] = []
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """In each process that runs tests, start the warm interpreter that the suite's subprocesses fork from
@@ -25,25 +21,18 @@ def pytest_configure(config: pytest.Config) -> None:
     runs_tests = hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
     if not runs_tests or os.environ.get("TESTS_ZYGOTE") == "off" or config.option.collectonly:
         return
-    folder = tempfile.TemporaryDirectory(prefix="accel-zygote-")
-    socket_path, client = os.path.join(folder.name, "socket"), os.path.join(folder.name, "python")
-    zygote.write_client(client, socket_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    process = subprocess.Popen([zygote.REAL_PYTHON, zygote.__file__, socket_path, client], env=env, text=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, cwd=folder.name)
-    assert process.stdout is not None and process.stdout.readline().strip() == "ready", "the test zygote did not start"
-    _ZYGOTE.append((process, folder))
-    sys.executable = client
+    zygotes = zygote.Zygotes()
+    zygotes.start()
+    zygote.RUNNING.append(zygotes)
+    sys.executable = zygotes.client
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop the warm interpreter and give `sys.executable` back."""
-    for process, folder in _ZYGOTE:
-        process.kill()
-        process.wait()
-        folder.cleanup()
+    """Stop the warm interpreters and give `sys.executable` back."""
+    for zygotes in zygote.RUNNING:
+        zygotes.stop()
         sys.executable = zygote.REAL_PYTHON
-    _ZYGOTE.clear()
+    zygote.RUNNING.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zygote
 from zygote import REAL_PYTHON
 
 pytestmark = pytest.mark.skipif(sys.executable == REAL_PYTHON, reason="the suite runs without the zygote (TESTS_ZYGOTE=off)")
@@ -61,6 +62,45 @@ def test_an_uncaught_exception_prints_the_same_traceback(tmp_path: Path) -> None
     assert warm.returncode == real.returncode == 1
     assert warm.stderr == real.stderr
     assert "zygote" not in warm.stderr
+
+
+ENDING = """\
+import atexit, sys, threading, time
+log = open(sys.argv[1], "w")
+log.write("written, never closed")
+class Finalized:
+    def __del__(self):
+        print("finalized")
+kept = Finalized()
+atexit.register(lambda: print("atexit"))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+sys.exit(sys.argv[2] if sys.argv[2] != "int" else 4)
+"""
+
+
+@pytest.mark.parametrize("status", ["int", "a message"])
+def test_it_ends_as_the_interpreter_ends(tmp_path: Path, status: str) -> None:
+    script = tmp_path / "ends.py"
+    script.write_text(ENDING)
+    runs = [subprocess.run([python, str(script), str(tmp_path / f"log-{i}"), status], capture_output=True, text=True,
+                           timeout=120) for i, python in enumerate((sys.executable, REAL_PYTHON))]
+    assert [run.returncode for run in runs] == [4 if status == "int" else 1] * 2
+    assert runs[0].stdout == runs[1].stdout == "thread done\natexit\nfinalized\n"
+    assert runs[0].stderr == runs[1].stderr == ("" if status == "int" else "a message\n")
+    assert (tmp_path / "log-0").read_text() == (tmp_path / "log-1").read_text() == "written, never closed"
+
+
+def test_a_run_asking_for_the_libraries_gets_them_with_its_own_streams_and_caches(tmp_path: Path) -> None:
+    for zygotes in zygote.RUNNING:
+        zygotes.start("hf")
+    probe = ("import logging, os, sys, transformers\n"
+             "handlers = logging.getLogger('transformers').handlers\n"
+             "print(bool(handlers) and all(h.stream is sys.stderr for h in handlers), 'diffusers' in sys.modules)\n"
+             "from huggingface_hub import constants\nprint(os.path.abspath(constants.HF_HUB_CACHE))\n")
+    env = {**os.environ, **zygote.KINDS["hf"].settings}
+    warm, real = both(["-c", probe], env=env, cwd=tmp_path)
+    assert warm.stdout.splitlines()[0] == "True True" and real.stdout.splitlines()[0] == "True False", warm.stderr
+    assert warm.stdout.splitlines()[1] == real.stdout.splitlines()[1] == str(tmp_path / ".hf" / "hub")
 
 
 def test_a_signal_reaches_the_run_and_its_status_is_the_signal(tmp_path: Path) -> None:

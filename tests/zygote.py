@@ -15,7 +15,16 @@ about 800 modules, a CPU-second), already loaded; and the zygote's hash seed. Wh
 `sys.path` (the script's folder, then PYTHONPATH), `sys.executable` (the client, so its own children come here
 too), the environment, the working folder, the CPU affinity, the standard streams (buffered as Python would for them),
 `-W`/PYTHONWARNINGS filters, a `sitecustomize` found on PYTHONPATH, torch's thread count from OMP_NUM_THREADS,
-and the random seeds. It exits as Python does: atexit handlers, then the interpreter's teardown.
+and the random seeds. It ends as Python does: the exit status printed when it is not a number, non-daemon
+threads joined, atexit handlers, the script's `__main__` cleared (what it alone holds is finalized: an unclosed
+file is flushed) unless a daemon thread still runs, a collection, the streams flushed; it leaves out tearing
+down the modules, which touches every object and so copies each page of the zygote's memory on write (0.3
+CPU-s a run): a module's object that needs finalizing at exit without an atexit handler is not finalized.
+
+A run that sets `TESTS_ZYGOTE_PRELOAD=hf` (the real scripts do, and so do the processes they start) goes to
+a second zygote that has also imported transformers, datasets, evaluate and diffusers (about 5 CPU-s a
+process); it is started by the tests that use it, and a run must share the settings those imports read
+(HF_*, TRANSFORMERS_*, ...) with it. `HF_HOME=.hf`, a relative path, keeps each run's cache in its own folder.
 
 Anything else runs on the real interpreter (the client execs it): a command-line option other than `-u`,
 `-B` and `-W`, `--multiprocessing-fork` (it needs inherited file descriptors), an interpreter setting in the
@@ -31,8 +40,11 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 REAL_PYTHON = sys.executable  # imported by tests/conftest.py before it points sys.executable at the client
@@ -46,6 +58,30 @@ _FIXED_AT_START = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDEVMODE", "PYTHONT
 _FIXED_PREFIXES = ("TORCH_LOGS", "TORCH_CPP", "TORCH_SHOW", "TORCH_COMPILE", "TORCH_DISABLE", "TORCH_FORCE",
                    "TORCHDYNAMO", "TORCHINDUCTOR", "PYTORCH_JIT", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "MALLOC_",
                    "LC_", "LANG")
+KIND_VARIABLE = "TESTS_ZYGOTE_PRELOAD"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A zygote's kind: what it imports after torch, the settings those imports read (a run must share them
+    with it), and the values it gives them (a run asks for the kind with these, KIND_VARIABLE included)."""
+
+    imports: str
+    read_at_import: tuple[str, ...] = ()
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+KINDS = {
+    "": Kind("import torch._dynamo"),  # what torch loads when a script builds its first optimizer
+    # The real scripts' libraries, offline; HF_HOME relative: each run's caches in its own working folder.
+    "hf": Kind("import torch._dynamo, torch.utils.tensorboard, transformers, datasets, evaluate, diffusers\n"
+               "from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer\n"
+               "from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel",
+               ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "DIFFUSERS_", "DATASETS_", "EVALUATE_", "TOKENIZERS_", "XDG_",
+                "USE_TORCH", "USE_TF", "USE_JAX", "USE_FLAX"),
+               {KIND_VARIABLE: "hf", "HF_HOME": ".hf", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}),
+}
 
 
 def command_form(args: list[str]) -> tuple[list[str], str, str, list[str]] | None:
@@ -72,10 +108,10 @@ def command_form(args: list[str]) -> tuple[list[str], str, str, list[str]] | Non
     return None
 
 
-def _fixed(env: dict[str, str]) -> dict[str, str]:
-    """The settings a run must share with the zygote (OMP_NUM_THREADS is applied in the copy instead)."""
-    return {k: v for k, v in env.items()
-            if (k in _FIXED_AT_START or k.startswith(_FIXED_PREFIXES)) and k != "OMP_NUM_THREADS"}
+def _fixed(env: dict[str, str], kind: str) -> dict[str, str]:
+    """The settings a run must share with a zygote of `kind` (OMP_NUM_THREADS is applied in the copy instead)."""
+    prefixes = _FIXED_PREFIXES + KINDS[kind].read_at_import
+    return {k: v for k, v in env.items() if (k in _FIXED_AT_START or k.startswith(prefixes)) and k != "OMP_NUM_THREADS"}
 
 
 # ---------------------------------------------------------------------------------------------- the client
@@ -91,12 +127,13 @@ def client_main(socket_path: str) -> NoReturn:
         for fd in (0, 1, 2):
             os.fstat(fd)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(socket_path)
+        conn.connect(socket_for(socket_path, os.environ.get(KIND_VARIABLE, "")))
         _die_with_parent()
         request = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
                               "ppid": os.getppid(), "cpus": sorted(os.sched_getaffinity(0))}).encode()
         socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
-        reply = _read_line(conn)
+        replies = conn.makefile("r", encoding="ascii")  # a line each: the run's pid (or "no"), then its status
+        reply = replies.readline().strip()
     except OSError:
         _exec_real(args)
     if reply == "no":
@@ -105,7 +142,7 @@ def client_main(socket_path: str) -> NoReturn:
     pid = int(reply)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(number, lambda sig, _frame: _forward(pid, sig))
-    status = int(_read_line(conn) or "-9")
+    status = int(replies.readline().strip() or "-9")
     if status < 0:  # ended by a signal: end the same way, as the real interpreter's parent would see it
         if -status not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-status, signal.SIG_DFL)
@@ -137,18 +174,13 @@ def _forward(pid: int, number: int) -> None:
         pass
 
 
-def _read_line(conn: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(64)
-        if not chunk:
-            return data.decode().strip()
-        data += chunk
-    return data.decode().strip()
-
-
 def _exec_real(args: list[str]) -> NoReturn:
     os.execv(REAL_PYTHON, [REAL_PYTHON, *args])
+
+
+def socket_for(socket_path: str, kind: str) -> str:
+    """Where the zygote of `kind` listens ("": the plain one)."""
+    return f"{socket_path}-{kind}" if kind else socket_path
 
 
 def write_client(path: str, socket_path: str) -> str:
@@ -162,11 +194,50 @@ def write_client(path: str, socket_path: str) -> str:
     return path
 
 
+class Zygotes:
+    """The zygotes one pytest process starts, each kind on its own socket, and the client that reaches them.
+
+    Example:
+        zygotes = Zygotes(); zygotes.start(); sys.executable = zygotes.client  # ...; zygotes.stop()
+    """
+
+    def __init__(self) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="accel-zygote-")
+        self.folder = self._folder.name
+        self._socket = os.path.join(self.folder, "socket")
+        self.client = write_client(os.path.join(self.folder, "python"), self._socket)
+        self._processes: dict[str, subprocess.Popen[str]] = {}
+
+    def start(self, kind: str = "") -> None:
+        """Start the zygote of `kind` (once) with the environment of this process, PYTHONPATH left out, and
+        the kind's settings."""
+        if kind in self._processes:
+            return
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | KINDS[kind].settings
+        process = subprocess.Popen([REAL_PYTHON, __file__, socket_for(self._socket, kind), self.client, kind],
+                                   env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   cwd=self.folder)
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready", \
+            f"the test zygote {kind!r} did not start"
+        self._processes[kind] = process
+
+    def stop(self) -> None:
+        """Stop every zygote and remove the folder."""
+        for process in self._processes.values():
+            process.kill()
+            process.wait()
+        self._processes.clear()
+        self._folder.cleanup()
+
+
+RUNNING: list[Zygotes] = []  # this pytest process's zygotes (tests/conftest.py), for fixtures that start a kind
+
+
 # ---------------------------------------------------------------------------------------------- the zygote
 
 
-def serve(socket_path: str, client_path: str) -> None:
-    """Import torch, then fork a waiter per connection until killed."""
+def serve(socket_path: str, client_path: str, kind: str) -> None:
+    """Import torch and what `kind` adds, then fork a waiter per connection until killed."""
     import gc
     import io  # noqa: F401  (what a run needs, loaded once here)
     import runpy  # noqa: F401
@@ -174,8 +245,8 @@ def serve(socket_path: str, client_path: str) -> None:
 
     started = dict(os.environ)
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (what torch loads when a script builds its first optimizer)
 
+    exec(KINDS[kind].imports, {})
     added = {k: v for k, v in os.environ.items() if k not in started}  # TORCHINDUCTOR_CACHE_DIR, set by dynamo
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
@@ -192,7 +263,7 @@ def serve(socket_path: str, client_path: str) -> None:
         if os.fork() == 0:
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _wait_for(conn, added, client_path)  # returns only in the process that runs the script
+            _wait_for(conn, added, client_path, kind)  # returns only in the process that runs the script
             return
         conn.close()
 
@@ -205,7 +276,7 @@ def _reap(_number: int, _frame: Any) -> None:
         pass
 
 
-def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str) -> None:
+def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str, kind: str) -> None:
     """In a waiter: read one request; fork the process that runs it, report its pid and then its status.
 
     `added`: the variables torch's import set in the zygote's environment, which it sets in a fresh one too.
@@ -219,8 +290,9 @@ def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str) -> N
         data += conn.recv(size - len(data))
     request = json.loads(data)
     request["env"] = {**added, **request["env"]}
-    if _fixed(request["env"]) != _fixed(dict(os.environ)):
-        _log({"fresh": sorted(set(_fixed(request["env"]).items()) ^ set(_fixed(dict(os.environ)).items())),
+    own, zygotes = _fixed(request["env"], kind), _fixed(dict(os.environ), kind)
+    if own != zygotes:
+        _log({"fresh": sorted(set(own.items()) ^ set(zygotes.items())),
               "args": request["args"][:4], "test": request["env"].get("PYTEST_CURRENT_TEST")})
         conn.sendall(b"no\n")
         os._exit(0)
@@ -245,7 +317,7 @@ def _wait_for(conn: socket.socket, added: dict[str, str], client_path: str) -> N
     _, status, usage = os.wait4(pid, 0)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     _log({"cpu": usage.ru_utime + usage.ru_stime, "wall": time.monotonic() - started, "args": request["args"][:4],
-          "test": request["env"].get("PYTEST_CURRENT_TEST")})
+          "test": request["env"].get("PYTEST_CURRENT_TEST"), "kind": kind})
     try:
         conn.sendall(f"{code}\n".encode())
     except OSError:
@@ -285,7 +357,9 @@ def _become(request: dict[str, Any], fds: list[int], client_path: str) -> None:
     os.environ.update(request["env"])
     flags, mode, target, rest = command_form(request["args"])  # type: ignore[misc]
     unbuffered = "-u" in flags or bool(os.environ.get("PYTHONUNBUFFERED"))
+    zygotes = {id(sys.stdout): "stdout", id(sys.stderr): "stderr"}
     _streams(io, unbuffered)
+    _log_to_new_streams(zygotes)
     sys.dont_write_bytecode = "-B" in flags or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.executable = client_path
     sys.orig_argv = [client_path, *request["args"]]
@@ -311,7 +385,7 @@ def _become(request: dict[str, Any], fds: list[int], client_path: str) -> None:
         import faulthandler
 
         faulthandler.enable()
-    raise SystemExit(_run(mode, target, rest))
+    _end(_run(mode, target, rest))
 
 
 def _parent_is_the_clients(client: int, parent: int) -> None:
@@ -347,6 +421,18 @@ def _streams(io: Any, unbuffered: bool) -> None:
                                   line_buffering=tty or fd == 2, write_through=unbuffered)
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
+
+
+def _log_to_new_streams(zygotes: dict[int, str]) -> None:
+    """Point the logging handlers that a preloaded library made on the zygote's stdout or stderr (transformers
+    does, when it loads) at the run's, as they would be in a fresh interpreter."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and id(handler.stream) in zygotes:
+                handler.stream = getattr(sys, zygotes[id(handler.stream)])
 
 
 def _sitecustomize(pythonpath: list[str]) -> None:
@@ -393,6 +479,43 @@ def _run(mode: str, target: str, rest: list[str]) -> Any:
         return 1
 
 
+def _end(status: Any) -> NoReturn:
+    """End as the interpreter ends after `sys.exit(status)`, but without tearing down what the zygote loaded."""
+    import atexit
+    import gc
+    import threading
+
+    if status is None:
+        code = 0
+    elif isinstance(status, int):
+        code = status
+    else:
+        print(status, file=sys.stderr)
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]  (the run's non-daemon threads, as Python joins them)
+    atexit._run_exitfuncs()
+    if threading.active_count() == 1:  # no daemon thread left to meet a cleared name (Python stops those first)
+        _clear(sys.modules["__main__"])  # what the script alone holds is finalized: an unclosed file is flushed
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = code or 120  # as Python ends when it cannot flush
+    os._exit(code & 0xFF)
+
+
+def _clear(module: Any) -> None:
+    """Clear a module's namespace as Python's teardown does: `_`-names first, then the rest, builtins kept."""
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return
+    for name in [name for name in namespace if name.startswith("_") and not name.startswith("__")]:
+        namespace[name] = None
+    for name in [name for name in namespace if name != "__builtins__"]:
+        namespace[name] = None
+
+
 def _print_exception(this_file: str = __file__) -> None:
     kind, value, trace = sys.exc_info()
     while trace is not None and trace.tb_frame.f_code.co_filename == this_file:
@@ -415,4 +538,4 @@ def _die_of_sigint() -> NoReturn:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
+    serve(sys.argv[1], sys.argv[2], sys.argv[3])

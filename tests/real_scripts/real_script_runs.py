@@ -7,8 +7,9 @@ process), so Accelerate's runs use `python -m torch.distributed.run --standalone
 its own CPU tests start processes, with `ACCELERATE_USE_CPU=true` as `accelerate launch --cpu`
 sets it; accel's runs use its launcher, `python -m accel launch
 --num_processes 2 --cpu`. Every run has its own working directory holding the hub stand-ins
-(real_script_standins), no network (HF_*_OFFLINE=1) and a time limit: a run past it has its whole
-process group killed and fails the test.
+(real_script_standins) and its own Hugging Face caches (HF_HOME=.hf), no network (HF_*_OFFLINE=1) and a
+time limit: a run past it has its whole process group killed and fails the test. The runs go to the test
+zygote that has imported the scripts' libraries (tests/zygote.py, kind "hf").
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import zygote
 from real_script_standins import link_into
 
 HERE = Path(__file__).resolve().parent
@@ -95,12 +97,12 @@ def _environment(record: Path, seed: int | None, paths: tuple[Path, ...]) -> dic
            if not k.startswith(("ACCEL_", "ACCELERATE_", "TORCHELASTIC_", "PET_")) and k not in names}
     env.update(
         PYTHONPATH=os.pathsep.join([str(RECORDER), str(REPOSITORY), *map(str, paths), env.get("PYTHONPATH", "")]),
-        REAL_SCRIPTS_RECORD=str(record), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(record.parent / ".hf"),
+        REAL_SCRIPTS_RECORD=str(record), OMP_NUM_THREADS="1",
         WANDB_MODE="offline", WANDB_DIR=str(record.parent), WANDB_SILENT="true",
         MLFLOW_TRACKING_URI=(record.parent / "mlruns").as_uri(), MLFLOW_ALLOW_FILE_STORE="true",
         PYTHONUNBUFFERED="1",
     )
+    env.update(zygote.KINDS["hf"].settings)  # offline, HF_HOME=.hf (the run's folder), the zygote that holds the libraries
     if seed is not None:
         env["REAL_SCRIPTS_SEED"] = str(seed)
     return env

@@ -86,7 +86,8 @@ _RUNS: dict[tuple[str, int], dict[str, Run]] = {}
 
 
 @pytest.fixture
-def runs(request: pytest.FixtureRequest, standins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+def runs(request: pytest.FixtureRequest, standins: Path, hf_zygote: None,
+         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """Both frameworks' runs of the case, and their resumed runs where the case has a resume (run once
     per session, shared by its tests)."""
     name, processes = request.param
