@@ -5,10 +5,11 @@ re-exported here for code that imports them from this package.
 
 The modules, by job:
 
-* the class: accelerator.py (`Accelerator`, assembled from the mixins below: its constructor, the
-  precision's properties, `init_module`, `free_memory`, `end_training`), options.py (each
-  constructor keyword checked against its ACCEL_* variable, and the precision backend and
-  parallelism strategy chosen from them);
+* the class: accelerator.py (`Accelerator`, assembled from the mixins below: its constructor,
+  `end_training`), options.py (each constructor keyword checked against its ACCEL_* variable, and
+  the precision backend and parallelism strategy chosen from them), training_views.py (the device,
+  the precision that runs and what it reports, the accumulation state, `save_iteration`),
+  memory_methods.py (`init_module`, `free_memory` / `clear`);
 * the training loop: training_step.py (`backward`, `autocast`, `accumulate`, `unscale_gradients`,
   `clip_grad_norm_`, `clip_grad_value_`);
 * preparing: preparing.py (`prepare` and its per-kind `prepare_*` methods), prepare_checks.py (the
@@ -21,7 +22,8 @@ The modules, by job:
   pre-hooks, `register_for_checkpointing`);
 * watching the run: tracking_methods.py (`log_with=`, `init_trackers`, `log`, `get_tracker`),
   monitoring_methods.py (the throughput/MFU and loss-spike monitors, built when asked for);
-* Accelerate's read-only views: data_options.py (the dataloader options in force), handler_views.py
+* Accelerate's read-only views: data_options.py (the dataloader options in force, and
+  `skip_first_batches`), handler_views.py
   (the kwargs handlers in effect: `ddp_handler`, `fp8_recipe_handler`, ...), private_views.py
   (`_models`, `_optimizers`, ... as views of the registry of prepared objects).
 """

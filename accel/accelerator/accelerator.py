@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from accel import checkpointing
-from accel._validation import check_bool, check_optional_bool
+from accel._validation import check_bool
 from accel.accelerator import options
 from accel.accelerator.data_options import DataOptionsMixin
 from accel.accelerator.files import FilesMixin
 from accel.accelerator.handler_views import HandlerViewsMixin
+from accel.accelerator.memory_methods import MemoryMixin
 from accel.accelerator.monitoring_methods import MonitoringMixin
 from accel.accelerator.parallel_views import ParallelViewsMixin
 from accel.accelerator.preparing import PrepareMixin
@@ -25,11 +24,11 @@ from accel.accelerator.process_methods import ProcessMixin
 from accel.accelerator.synchronizing import SyncMixin
 from accel.accelerator.tracking_methods import TrackingMixin
 from accel.accelerator.training_step import TrainingStepMixin
+from accel.accelerator.training_views import TrainingViewsMixin
 from accel.backends.base import PrecisionBackend
 from accel.backends.names import resolve_precision
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import check_dataloader_config
-from accel.data.skipping import skip_first_batches
 from accel.deepspeed import DeepSpeedPlugin
 from accel.deepspeed import options as ds_options
 from accel.distributed import process_group as distributed
@@ -57,16 +56,15 @@ from accel.settings import (
 )
 from accel.settings.environment import check_environment
 from accel.tracking.selection import LogWith
-from accel.training import compiling, meta_init
+from accel.training import compiling
 from accel.training.accumulation import GradientAccumulationPlugin
 from accel.training.gradient_state import GradientState
-from accel.training.out_of_memory import release_memory
 from accel.training.prepared import PreparedObjects
 
 
 class Accelerator(
     TrainingStepMixin, PrepareMixin, PrivateViewsMixin, HandlerViewsMixin, TrackingMixin, FilesMixin, SyncMixin,
-    DataOptionsMixin, ProcessMixin, ParallelViewsMixin, MonitoringMixin,
+    DataOptionsMixin, ProcessMixin, ParallelViewsMixin, MonitoringMixin, TrainingViewsMixin, MemoryMixin,
 ):
     """Prepares a model, optimizer, dataloader and scheduler to train in one precision.
 
@@ -88,7 +86,8 @@ class Accelerator(
     preparing.py (prepare and prepare_*), process_methods.py
     (collectives, on_* decorators), synchronizing.py (no_sync, join, triggers), files.py (model files,
     checkpoints), tracking_methods.py (trackers), data_options.py (the dataloader options),
-    private_views.py (Accelerate's `_models` and the like). What was prepared is `self.prepared`;
+    training_views.py (the device, precision and accumulation state), memory_methods.py (init_module,
+    free_memory), private_views.py (Accelerate's `_models` and the like). What was prepared is `self.prepared`;
     how models are spread over the processes is `self.strategy` (accel.parallel.strategy), chosen
     here once.
 
@@ -316,145 +315,6 @@ class Accelerator(
         """What prepare() and register_for_checkpointing() were given, by kind, in order (what checkpoints store)."""
         self._orphan_optimizers_warned: set[int] = set()
         self._trigger: torch.Tensor | None = None
-
-    # ----------------------------------------------------------------- properties
-    @property
-    def device(self) -> torch.device:
-        """The device this process trains on, named as Accelerate names it (`cpu:0` on each process of a
-        multi-CPU run, `cpu` for one process)."""
-        return self.process_state.public_device
-
-    @property
-    def save_iteration(self) -> int:
-        """The number the next save_state() gets (checkpoint_<n>); load_state() continues it."""
-        return self.project_configuration.iteration
-
-    @save_iteration.setter
-    def save_iteration(self, value: int) -> None:
-        self.project_configuration.iteration = value
-
-    @property
-    def mixed_precision(self) -> str:
-        """The canonical name of the precision that runs ('no', 'fp16', 'bf16', 'fp8', '16-true', ...)."""
-        return self.precision.name
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        """Micro-batches per optimizer step."""
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, steps: int) -> None:
-        self.gradient_state.num_steps = options.positive_int("gradient_accumulation_steps", steps)
-
-    @property
-    def sync_gradients(self) -> bool:
-        """True on a micro-batch that ends with an optimizer step."""
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state.sync_gradients = value
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """True when the last step of any prepared optimizer was skipped (inf/NaN gradients)."""
-        return any(optimizer.step_was_skipped for optimizer in self.prepared.optimizers)
-
-    @property
-    def conversion_report(self) -> Any:
-        """For FP8: every nn.Linear, converted or skipped and why (None for other precisions)."""
-        return getattr(self.precision, "conversion_report", None)
-
-    @property
-    def scaler(self) -> torch.amp.GradScaler | None:
-        """torch's GradScaler where the precision scales the loss (fp16), else None."""
-        return self.precision.grad_scaler
-
-    @property
-    def native_amp(self) -> bool:
-        """True where the forward runs under torch.autocast (fp16, bf16 mixed)."""
-        return self.precision.native_amp
-
-    @property
-    def quantization_report(self) -> Any:
-        """With BitsandbytesKwargs: every nn.Linear of the last prepared model, quantized or skipped and why."""
-        return None if self.quantizer is None else self.quantizer.report
-
-    @property
-    def step_stats(self) -> dict[str, float]:
-        """Numbers worth logging each step: for fp16 the loss scale and the count of skipped steps."""
-        return self.precision.stats()
-
-    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A dataloader that skips the first `num_batches` batches of its next epoch, to resume mid-epoch.
-
-        Args:
-            dataloader: A prepared dataloader (or a plain one).
-            num_batches: How many batches to skip (those already trained on before the checkpoint).
-
-        Returns:
-            The dataloader to iterate for the rest of this epoch; later epochs start at the beginning.
-        """
-        return skip_first_batches(dataloader, num_batches)
-
-    def free_memory(self, *objects: Any) -> list[None]:
-        """Forget every prepared object (so they can be freed), collect garbage, empty the device cache.
-
-        Also resets the accumulation step count. Used between trials (say by `find_executable_batch_size`).
-
-        Args:
-            *objects: References the caller holds, to be dropped: write `a, b = accelerator.free_memory(a, b)`.
-
-        Returns:
-            A None per object given.
-        """
-        self.prepared.forget_training_objects()
-        self.gradient_state.step = 0
-        return release_memory(*objects)
-
-    def clear(self, *objects: Any) -> list[None]:
-        """The same as `free_memory` (Accelerate's alias).
-
-        Args:
-            *objects: References the caller holds, to be dropped.
-
-        Returns:
-            A None per object given.
-        """
-        return self.free_memory(*objects)
-
-    def init_module(self, empty_init: bool | None = None) -> AbstractContextManager[Any]:
-        """A context in which a model is built on the device and directly in the precision's dtype.
-
-        `empty_init=True` builds the parameters on the meta device (no memory, no initialisation):
-        prepare gives them memory, sharded under FSDP2, and `reset_parameters()`; load real weights
-        afterwards with `load_state`. None (default): on the meta device on every process but 0 under
-        FSDP2's cpu_ram_efficient_loading (process 0's weights fill the shards at prepare), else real.
-
-        Args:
-            empty_init: True: parameters on the meta device; False: real parameters; None: as above.
-
-        Returns:
-            A context manager; build the model inside it.
-
-        Example:
-            ```python
-            with accelerator.init_module(empty_init=True):
-                model = MyModel()
-            ```
-        """
-        check_optional_bool("init_module(empty_init)", empty_init)
-        stack = contextlib.ExitStack()
-        receives = self.strategy.builds_on_meta()
-        if empty_init or (empty_init is None and receives):
-            stack.enter_context(meta_init.build_on_meta(receives_weights=receives))
-        if self.device_placement and self.device.type != "cpu":
-            stack.enter_context(self.device)
-        stack.enter_context(self.precision.init_context())
-        if self.quantizer is not None:
-            stack.enter_context(self.quantizer.init_context())
-        return stack
 
     # ----------------------------------------------------------------- processes
     def end_training(self) -> None:

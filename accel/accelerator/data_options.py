@@ -1,18 +1,21 @@
-"""The dataloader options in force, as Accelerator properties (Accelerate's names)."""
+"""The dataloader options in force, as Accelerator properties (Accelerate's names), and resuming a
+dataloader mid-epoch (`skip_first_batches`)."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from accel._validation import check_bool
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.loader_options import check_dataloader_config
+from accel.data.skipping import skip_first_batches
 
 
 class DataOptionsMixin:
     """`split_batches`, `even_batches` (settable), `use_seedable_sampler`, `non_blocking`,
     `dispatch_batches`, `use_stateful_dataloader`: read from `dataloader_config`, which prepared
-    dataloaders follow."""
+    dataloaders follow; `skip_first_batches`."""
 
     dataloader_config: DataLoaderConfiguration
 
@@ -55,3 +58,15 @@ class DataOptionsMixin:
 
         Example: `Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))`."""
         return self.dataloader_config.use_stateful_dataloader
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A dataloader that skips the first `num_batches` batches of its next epoch, to resume mid-epoch.
+
+        Args:
+            dataloader: A prepared dataloader (or a plain one).
+            num_batches: How many batches to skip (those already trained on before the checkpoint).
+
+        Returns:
+            The dataloader to iterate for the rest of this epoch; later epochs start at the beginning.
+        """
+        return skip_first_batches(dataloader, num_batches)

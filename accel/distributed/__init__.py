@@ -10,7 +10,9 @@ The modules, by job:
 
 * the process and its group: process_state.py (`ProcessState`: rank, device, group), process_group.py
   (joining and leaving torch.distributed), partial_state.py (Accelerate's `PartialState` /
-  `AcceleratorState`), types.py (Accelerate's `DistributedType`, `PrecisionType`);
+  `AcceleratorState`), state_lifetime.py (which of them are alive, what `_reset_state()` empties,
+  `is_initialized()`), run_where.py (the `on_*_process` decorators' rule), types.py (Accelerate's
+  `DistributedType`, `PrecisionType`);
 * what processes exchange: operations.py (gather, reduce, broadcast on nested structures), padding.py
   (`pad_across_processes`), splitting.py (`split_between_processes`);
 * when a collective goes wrong: errors.py (a failed collective named, with the process and the

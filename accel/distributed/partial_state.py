@@ -27,9 +27,6 @@ What that changes for a script, compared with Accelerate:
 from __future__ import annotations
 
 import contextlib
-import functools
-import itertools
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,17 +35,12 @@ import torch.distributed as dist
 
 from accel.distributed import operations, splitting
 from accel.distributed.process_state import ProcessState
+from accel.distributed.run_where import chosen_index, run_where
+from accel.distributed.state_lifetime import empty, register, rejoin
 from accel.distributed.types import DistributedType, distributed_type_of
 from accel.kwargs_handlers import InitProcessGroupKwargs
 
 _ACCELERATOR_BACKENDS = ("nccl", "xccl")
-_LIVE: weakref.WeakSet[PartialState] = weakref.WeakSet()
-"""Every filled PartialState and AcceleratorState not yet collected: what `_reset_state()` empties."""
-_SERIAL = itertools.count(1)
-"""Orders the creation of states and resets: an emptied state rejoins a state created after its reset."""
-_NEWEST: dict[str, PartialState] = {}
-"""The newest state ("partial": of either kind, "accelerator": AcceleratorState), kept as Accelerate keeps
-its shared state after the Accelerator that filled it is gone (`is_initialized()`, rejoining)."""
 
 
 def current_process_state(cpu: bool = False, **group_options: Any) -> ProcessState:
@@ -81,9 +73,12 @@ class PartialState:
             (`PartialState(**InitProcessGroupKwargs(...).to_kwargs())`).
     """
 
+    kind = "partial"
+    """Which states a reset empties and a kept state rejoins (accel.distributed.state_lifetime)."""
+
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         self._process = current_process_state(cpu, **kwargs)
-        _register(self)
+        register(self)
 
     @classmethod
     def of(cls, process: ProcessState) -> PartialState:
@@ -94,7 +89,7 @@ class PartialState:
         """
         state = cls.__new__(cls)
         state._process = process
-        _register(state)
+        register(state)
         return state
 
     # ------------------------------------------------------------------ where this process stands
@@ -156,7 +151,7 @@ class PartialState:
     def initialized(self) -> bool:
         """False after `_reset_state()` emptied this state, until a state of its kind is created again
         (as Accelerate's emptied, then refilled, singleton)."""
-        return "_process" in self.__dict__ or _rejoin(self)
+        return "_process" in self.__dict__ or rejoin(self)
 
     @property
     def is_main_process(self) -> bool:
@@ -260,7 +255,7 @@ class PartialState:
             function: The function to decorate (None when used as `@state.on_process(process_index=...)`).
             process_index: The index of the process that runs it.
         """
-        return run_where(function, self.process_index == _index("process_index", process_index))
+        return run_where(function, self.process_index == chosen_index("process_index", process_index))
 
     def on_local_process(
         self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
@@ -271,7 +266,7 @@ class PartialState:
             function: The function to decorate (None when used as `@state.on_local_process(local_process_index=...)`).
             local_process_index: The local index of the process that runs it on each machine.
         """
-        here = self.local_process_index == _index("local_process_index", local_process_index)
+        here = self.local_process_index == chosen_index("local_process_index", local_process_index)
         return run_where(function, here)
 
     # ------------------------------------------------------------------ Accelerate's housekeeping
@@ -299,19 +294,19 @@ class PartialState:
             >>> state.initialized
             False
         """
-        _empty(lambda state: not isinstance(state, AcceleratorState))
+        empty(lambda state: not isinstance(state, AcceleratorState))
 
     def check_not_reset(self) -> None:
         """Raise AttributeError, naming `_reset_state()`, when this state was emptied by it and no state of
         its kind was created since (what an Accelerator checks before preparing, as Accelerate fails there)."""
-        if "_process" not in self.__dict__ and not _rejoin(self):
+        if "_process" not in self.__dict__ and not rejoin(self):
             self.__getattr__("_process")
 
     def __getattr__(self, name: str) -> Any:
         # Reached only when normal lookup failed: a missing attribute, or a property of an emptied state.
         kind = type(self).__name__
         if "_process" not in self.__dict__ and not name.startswith("__"):
-            if _rejoin(self):
+            if rejoin(self):
                 return getattr(self, name)
             if hasattr(type(self), name) or name in ("_process", "_mixed_precision"):
                 reset = "AcceleratorState" if isinstance(self, AcceleratorState) else "PartialState"
@@ -343,6 +338,7 @@ class AcceleratorState(PartialState):
         **kwargs: InitProcessGroupKwargs fields, as for PartialState.
     """
 
+    kind = "accelerator"
     deepspeed_plugin: Any = None
     """The DeepSpeedPlugin when the Accelerator trains through DeepSpeed, else None."""
     fsdp_plugin: Any = None
@@ -372,7 +368,7 @@ class AcceleratorState(PartialState):
         state = cls.__new__(cls)
         state._process = process
         state._mixed_precision = mixed_precision
-        _register(state)
+        register(state)
         for name, plugin in plugins.items():
             setattr(state, name, plugin)
         return state
@@ -393,71 +389,8 @@ class AcceleratorState(PartialState):
             >>> accel.state.is_initialized()  # doctest: +SKIP
             False
         """
-        _empty(lambda state: reset_partial_state or isinstance(state, AcceleratorState))
+        empty(lambda state: reset_partial_state or isinstance(state, AcceleratorState))
 
     def __repr__(self) -> str:
         return super().__repr__() + f"Mixed precision type: {self.mixed_precision}\n"
 
-
-def _register(state: PartialState) -> None:
-    state.__dict__["_serial"] = next(_SERIAL)
-    _LIVE.add(state)
-    _NEWEST["partial"] = state
-    if isinstance(state, AcceleratorState):
-        _NEWEST["accelerator"] = state
-
-
-def _empty(chosen: Callable[[PartialState], bool]) -> None:
-    """Remove the attributes of every live state `chosen` accepts (what Accelerate's `_shared_state.clear()` does)."""
-    reset_at = next(_SERIAL)
-    for state in list(_LIVE):
-        if chosen(state):
-            state.__dict__.clear()
-            state.__dict__["_reset_at"] = reset_at
-            _LIVE.discard(state)
-
-
-def _rejoin(state: PartialState) -> bool:
-    """Refill an emptied `state` from the newest state of its kind created after its reset, if any, and
-    say whether it did: an object kept from before `_reset_state()` then reads the new run's values, as
-    every handle on Accelerate's shared state does once an Accelerator or PartialState is created again."""
-    reset_at = state.__dict__.get("_reset_at")
-    if reset_at is None:
-        return False
-    source = _NEWEST.get("accelerator" if isinstance(state, AcceleratorState) else "partial")
-    if source is None or "_process" not in source.__dict__ or source.__dict__["_serial"] < reset_at:
-        return False
-    state.__dict__.pop("_reset_at")
-    state.__dict__.update(source.__dict__)
-    _LIVE.add(state)
-    return True
-
-
-def is_initialized() -> bool:
-    """True once an Accelerator (or an AcceleratorState built directly) was created, until
-    `AcceleratorState._reset_state()` (Accelerate's `accelerate.state.is_initialized()`)."""
-    newest = _NEWEST.get("accelerator")
-    return newest is not None and "_process" in newest.__dict__
-
-
-def run_where(function: Callable[..., Any] | None, here: bool) -> Any:
-    """`function` when `here`, else a stand-in that does nothing and returns None; with no
-    function, a decorator that does the same (so both `@state.on_x` and `@state.on_x()` work)."""
-    if function is None:
-        return functools.partial(run_where, here=here)
-    if here:
-        return function
-
-    @functools.wraps(function)
-    def skipped(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    return skipped
-
-
-def _index(argument: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"{argument}={value!r} is not accepted: give the index (an int >= 0) of the process to run on."
-        )
-    return value

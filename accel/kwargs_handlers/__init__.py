@@ -17,15 +17,41 @@ The modules, by job:
   `SpikeDetectionKwargs`: the run monitors).
 """
 
-from accel.kwargs_handlers.amp import AutocastKwargs, GradScalerKwargs
-from accel.kwargs_handlers.base import KwargsHandler
-from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs
-from accel.kwargs_handlers.comm_hooks import DDPCommunicationHookType
-from accel.kwargs_handlers.fp8 import FP8RecipeKwargs
-from accel.kwargs_handlers.handlers import Handlers, collect_handlers
-from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs, ThroughputKwargs
-from accel.kwargs_handlers.profile import ProfileKwargs
-from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs, InitProcessGroupKwargs
+from typing import TYPE_CHECKING
+
+from accel._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, for type checkers (accel/_lazy.py)
+    from accel.kwargs_handlers.amp import AutocastKwargs as AutocastKwargs
+    from accel.kwargs_handlers.amp import GradScalerKwargs as GradScalerKwargs
+    from accel.kwargs_handlers.base import KwargsHandler as KwargsHandler
+    from accel.kwargs_handlers.bitsandbytes import BitsandbytesKwargs as BitsandbytesKwargs
+    from accel.kwargs_handlers.comm_hooks import DDPCommunicationHookType as DDPCommunicationHookType
+    from accel.kwargs_handlers.fp8 import FP8RecipeKwargs as FP8RecipeKwargs
+    from accel.kwargs_handlers.handlers import Handlers as Handlers
+    from accel.kwargs_handlers.handlers import collect_handlers as collect_handlers
+    from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs as SpikeDetectionKwargs
+    from accel.kwargs_handlers.monitoring import ThroughputKwargs as ThroughputKwargs
+    from accel.kwargs_handlers.profile import ProfileKwargs as ProfileKwargs
+    from accel.kwargs_handlers.torch_distributed import DistributedDataParallelKwargs as DistributedDataParallelKwargs
+    from accel.kwargs_handlers.torch_distributed import InitProcessGroupKwargs as InitProcessGroupKwargs
+
+_EXPORTS = {
+    "AutocastKwargs": "accel.kwargs_handlers.amp",
+    "GradScalerKwargs": "accel.kwargs_handlers.amp",
+    "KwargsHandler": "accel.kwargs_handlers.base",
+    "BitsandbytesKwargs": "accel.kwargs_handlers.bitsandbytes",
+    "DDPCommunicationHookType": "accel.kwargs_handlers.comm_hooks",
+    "FP8RecipeKwargs": "accel.kwargs_handlers.fp8",
+    "Handlers": "accel.kwargs_handlers.handlers",
+    "collect_handlers": "accel.kwargs_handlers.handlers",
+    "SpikeDetectionKwargs": "accel.kwargs_handlers.monitoring",
+    "ThroughputKwargs": "accel.kwargs_handlers.monitoring",
+    "ProfileKwargs": "accel.kwargs_handlers.profile",
+    "DistributedDataParallelKwargs": "accel.kwargs_handlers.torch_distributed",
+    "InitProcessGroupKwargs": "accel.kwargs_handlers.torch_distributed",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AutocastKwargs",
