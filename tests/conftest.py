@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,14 @@ def pytest_configure(config: pytest.Config) -> None:
     zygotes.start()
     zygote.RUNNING.append(zygotes)
     sys.executable = zygotes.client
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Set aside what collection built (every test module, and what it imported: torch, transformers, ...)
+    from the garbage collector: a full collection in a test (`free_memory`, `find_executable_batch_size`)
+    then walks only what tests made since, not the whole worker (0.5 s a collection here, 20 to 30 at a time)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
