@@ -1,13 +1,16 @@
-"""Accelerate's views of the device mesh on the Accelerator: this process's rank in each dimension."""
+"""Accelerate's views of the device mesh on the Accelerator: this process's rank in each dimension, and
+`maybe_context_parallel`, the region a context-parallel step runs in."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
 class ParallelViewsMixin:
     """`data_parallel_rank`, `data_parallel_shard_rank`, `tensor_parallel_rank` (Accelerate's meanings: 0 where the
-    dimension is not enabled; RuntimeError without a parallelism_config)."""
+    dimension is not enabled; RuntimeError without a parallelism_config), `maybe_context_parallel`."""
 
     parallelism_config: Any
     torch_device_mesh: Any
@@ -46,3 +49,27 @@ class ParallelViewsMixin:
     def tensor_parallel_rank(self) -> int:
         """This process's rank along tp (0 when that dimension is not enabled)."""
         return self._rank_in("tp", "Tensor parallelism")
+
+    @contextlib.contextmanager
+    def maybe_context_parallel(
+        self, buffers: Any = None, buffer_seq_dims: Any = None, no_restore_buffers: Any = None
+    ) -> Iterator[None]:
+        """The region one context-parallel training step runs in (Accelerate's method): with `cp_size` > 1,
+        Accelerate shards `buffers` along their sequence dimension inside it. Context parallelism never runs
+        under accel (`ParallelismConfig(cp_size > 1)` is refused at construction, saying why), so the region
+        changes nothing: a script that enters it every step, as Accelerate's long-context examples do, runs
+        unchanged with `cp_size` 1 (where Accelerate logs that it has no effect).
+
+        Args:
+            buffers: The tensors Accelerate would shard along the sequence (inputs, labels, position ids).
+            buffer_seq_dims: The sequence dimension of each buffer.
+            no_restore_buffers: The buffers Accelerate would leave sharded on leaving the region.
+
+        Example:
+            ```python
+            with accelerator.maybe_context_parallel(buffers=[batch["input_ids"]], buffer_seq_dims=[1]):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+            ```
+        """
+        yield

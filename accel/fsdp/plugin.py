@@ -84,6 +84,11 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     (gathered on the main process)."""
     activation_checkpointing: bool = False
     """Recompute each wrapped unit's activations in backward instead of keeping them."""
+    activation_checkpointing_offload: bool = False
+    """With activation_checkpointing: keep the input each checkpointed unit saves for its recompute in CPU
+    memory (pinned on a GPU) between forward and backward: one `sequence x hidden` tensor per block, the
+    activations that remain at long sequence lengths (Accelerate 1.15's option). On a CPU run they are in
+    host memory already: nothing moves."""
     cpu_ram_efficient_loading: bool = False
     """Only process 0 needs the real weights: prepare shards the model on the meta device and sends
     process 0's weights into every process's shards, and `accelerator.init_module()` builds the model
@@ -120,6 +125,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
             check_bool("FullyShardedDataParallelPlugin.cpu_offload", self.cpu_offload)
         self._set("state_dict_type", _state_dict_type(self.state_dict_type))
         check_bool("FullyShardedDataParallelPlugin.activation_checkpointing", self.activation_checkpointing)
+        _check_offload(self.activation_checkpointing_offload, self.activation_checkpointing)
         check_bool("FullyShardedDataParallelPlugin.cpu_ram_efficient_loading", self.cpu_ram_efficient_loading)
         self._set("mixed_precision_policy", _mixed_precision_policy(self.mixed_precision_policy))
 
@@ -276,3 +282,14 @@ def _dtype(argument: str, value: Any) -> torch.dtype | None:
         return value
     name = check_choice(argument, value, _DTYPES)
     return _DTYPES[name]
+
+
+def _check_offload(offload: bool, checkpointing: bool) -> None:
+    """activation_checkpointing_offload moves what checkpointing saves: it needs activation_checkpointing."""
+    check_bool("FullyShardedDataParallelPlugin.activation_checkpointing_offload", offload)
+    if offload and not checkpointing:
+        raise ValueError(
+            "FullyShardedDataParallelPlugin(activation_checkpointing_offload=True) offloads the inputs that activation "
+            "checkpointing saves, and activation_checkpointing is False: set activation_checkpointing=True too "
+            "(fsdp_activation_checkpointing: true), or leave the offload off."
+        )

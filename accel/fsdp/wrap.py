@@ -23,7 +23,7 @@ from accel.distributed.process_state import ProcessState
 from accel.fsdp.plugin import DEFAULT_MIN_NUM_PARAMS, FullyShardedDataParallelPlugin
 from accel.fsdp.precision import mixed_precision_policy
 from accel.quantization.sharding import address_quant_states, check_quant_storage
-from accel.training.blocks import checkpoint_modules
+from accel.training.blocks import checkpoint_modules, offload_saved_inputs
 
 
 def shard_model(
@@ -52,6 +52,8 @@ def shard_model(
     units = modules_to_shard(model, plugin)
     if plugin.activation_checkpointing:
         checkpoint_modules(units)  # the same code as Accelerator(activation_checkpointing=...); skips blocks it did
+        if plugin.activation_checkpointing_offload:
+            offload_saved_inputs(units, pin_memory=device.type != "cpu")
     if not process_state.distributed:
         warn_once(
             "FullyShardedDataParallelPlugin (or use_fsdp) with one process: there is nothing to shard, so the "

@@ -33,6 +33,7 @@ CONFIG_KEYS: Mapping[str, str] = MappingProxyType(
         "fsdp_offload_params": "cpu_offload",
         "fsdp_state_dict_type": "state_dict_type",
         "fsdp_activation_checkpointing": "activation_checkpointing",
+        "fsdp_activation_checkpointing_offload": "activation_checkpointing_offload",
         "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
     }
 )
@@ -50,6 +51,8 @@ CONFIG_HELP: Mapping[str, str] = MappingProxyType({
     "fsdp_offload_params": "keep sharded parameters, gradients and optimizer state in CPU memory",
     "fsdp_state_dict_type": "how save_state writes the model: " + ", ".join(STATE_DICT_TYPES),
     "fsdp_activation_checkpointing": "recompute each unit's activations in backward instead of keeping them",
+    "fsdp_activation_checkpointing_offload": "with fsdp_activation_checkpointing: keep the input each unit saves for "
+    "its recompute in CPU memory until backward",
     "fsdp_cpu_ram_efficient_loading": "only process 0 reads the full weights; prepare sends them into the shards",
 })
 """What each fsdp_config key does, for `accel launch --help` and the wizard."""

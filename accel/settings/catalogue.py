@@ -237,6 +237,7 @@ _FSDP_KINDS: dict[str, tuple[Kind, Any]] = {
     "fsdp_offload_params": (BoolKind(), False),
     "fsdp_state_dict_type": (ChoiceKind(STATE_DICT_TYPES), "SHARDED_STATE_DICT"),
     "fsdp_activation_checkpointing": (BoolKind(), False),
+    "fsdp_activation_checkpointing_offload": (BoolKind(), False),
     "fsdp_cpu_ram_efficient_loading": (BoolKind(), False),
 }
 """Each fsdp_config key's kind and default (FullyShardedDataParallelPlugin's defaults)."""

@@ -14,16 +14,21 @@ compilation both act on one block at a time. Which modules are the blocks:
 torch's composable `checkpoint` keeps each module where it is (parameter names, state dicts and
 FSDP units do not change) and, in backward, recomputes the module's forward (with the RNG state of
 the first run, so dropout draws the same) instead of keeping its intermediate activations.
+`offload_saved_inputs` (FSDP's `fsdp_activation_checkpointing_offload`) moves what is still kept, each
+checkpointed module's inputs, to CPU memory until backward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
+import torch
 from torch import nn
 from torch.distributed._composable import checkpoint
 from torch.distributed._composable.contract import _get_registry
+
+_OFFLOADED = "_accel_offloads_saved_inputs"
 
 
 def is_repeated_blocks(module: nn.Module) -> bool:
@@ -114,6 +119,47 @@ def checkpoint_modules(modules: Sequence[nn.Module]) -> None:
     for module in modules:
         if not is_checkpointed(module):
             checkpoint(module)
+
+
+def offload_saved_inputs(modules: Sequence[nn.Module], pin_memory: bool) -> None:
+    """Keep what each checkpointed module saves for its recompute (its inputs) in CPU memory from its forward to
+    its backward, as Accelerate's `offload_wrapper` around `checkpoint_wrapper` does; in place, names unchanged.
+
+    torch's `save_on_cpu` is entered before the checkpoint's forward hooks and left after them, so the inputs the
+    checkpoint saves are packed to the CPU (and brought back in backward); the recompute in backward runs without
+    it (what it saves is the checkpoint's own). A module offloaded already is left as it is.
+
+    Args:
+        modules: Modules checkpointed by `checkpoint_modules`.
+        pin_memory: Copy into pinned memory (for a GPU's tensors: the copies back overlap); False on a CPU run,
+            where the inputs are in host memory already and nothing is copied.
+
+    >>> block = nn.Linear(4, 4)
+    >>> checkpoint_modules([block])
+    >>> offload_saved_inputs([block], pin_memory=False)
+    >>> block(torch.ones(2, 4, requires_grad=True)).sum().backward()
+    """
+    for module in modules:
+        if not getattr(module, _OFFLOADED, False):
+            _offload(module, pin_memory)
+            setattr(module, _OFFLOADED, True)
+
+
+def _offload(module: nn.Module, pin_memory: bool) -> None:
+    entered: list[Any] = []
+
+    def enter(module: nn.Module, args: Any) -> None:
+        if checkpoint.state(module).enable_hook:  # False while the checkpoint recomputes in backward
+            hooks = torch.autograd.graph.save_on_cpu(pin_memory=pin_memory)
+            hooks.__enter__()
+            entered.append(hooks)
+
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        if entered:
+            entered.pop().__exit__(None, None, None)
+
+    module.register_forward_pre_hook(enter, prepend=True)  # before the checkpoint's, which saves the inputs
+    module.register_forward_hook(leave, always_call=True)  # after the checkpoint's (it prepended its own)
 
 
 def checkpoint_blocks(model: nn.Module, blocks: bool | Sequence[str]) -> list[nn.Module]:

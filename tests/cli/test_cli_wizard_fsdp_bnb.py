@@ -61,7 +61,8 @@ def test_fsdp_answers_reach_the_accelerators_plugin(clean_env: dict[str, str], t
     assert reports[0]["plugin"] == reports[1]["plugin"] == {
         "fsdp_version": 2, "auto_wrap_policy": "transformer_based_wrap", "transformer_cls_names_to_wrap": ["Block"],
         "min_num_params": None, "reshard_after_forward": False, "cpu_offload": False,
-        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True, "cpu_ram_efficient_loading": True,
+        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": True, "activation_checkpointing_offload": False,
+        "cpu_ram_efficient_loading": True,
     }
 
 

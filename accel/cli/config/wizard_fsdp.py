@@ -66,7 +66,8 @@ def _ask_policy_option(policy: str, current: Mapping[str, Any]) -> Answers:
 
 
 def _ask_flags(policy: str, current: Mapping[str, Any], on_gpus: bool) -> Answers:
-    """The yes/no options; activation checkpointing only where there are units to checkpoint."""
+    """The yes/no options; activation checkpointing only where there are units to checkpoint, and its offload
+    to CPU memory only on GPUs."""
     questions: list[tuple[Setting, str]] = [
         (_KEY["fsdp_reshard_after_forward"], "Free each unit's gathered weights after its forward "
          "(fsdp_reshard_after_forward: less memory, one more all-gather in backward)?"),
@@ -80,4 +81,17 @@ def _ask_flags(policy: str, current: Mapping[str, Any], on_gpus: bool) -> Answer
     questions.append((_KEY["fsdp_cpu_ram_efficient_loading"], "Read the weights on process 0 only and send them into "
                       "the other processes' shards (fsdp_cpu_ram_efficient_loading: one full copy in CPU memory "
                       "instead of one per process)?"))
-    return {setting.name: ask_yes_no(question, _current(current, setting)) for setting, question in questions}
+    answers: Answers = {}
+    for setting, question in questions:
+        answers[setting.name] = ask_yes_no(question, _current(current, setting))
+        if setting is _KEY["fsdp_activation_checkpointing"] and answers[setting.name] and on_gpus:
+            answers.update(_ask_offload(current))
+    return answers
+
+
+def _ask_offload(current: Mapping[str, Any]) -> Answers:
+    """Asked on GPUs once activation checkpointing is on: on a CPU the saved inputs are in host memory already."""
+    offload = _KEY["fsdp_activation_checkpointing_offload"]
+    question = ("Keep the input each unit saves for its recompute in CPU memory until backward "
+                "(fsdp_activation_checkpointing_offload: less GPU memory at long sequences, a copy each way)?")
+    return {offload.name: ask_yes_no(question, _current(current, offload))}

@@ -1,7 +1,8 @@
 """Activation checkpointing and regional compilation over 2 real processes, run by test_blocks.py under
 `accel launch --num_processes 2 --cpu`: `blocks_script.py ddp` (DDP: eager, checkpointed, checkpointed and
 regionally compiled) or `blocks_script.py fsdp` (FSDP2 sharding each Block, with its
-fsdp_activation_checkpointing and regional compilation; each block's all-gathers counted)."""
+fsdp_activation_checkpointing and regional compilation; each block's all-gathers counted; then with
+fsdp_activation_checkpointing_offload, eager)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,6 @@ else:
     groups = [module._get_fsdp_state()._fsdp_param_group for module in (*model.blocks, model)]
     report("fsdp_unshards", [unshards[id(group)] for group in groups])  # blocks, then the root
     report("fsdp_sharded", [type(block.up.weight).__name__ for block in model.blocks])
+    offloaded = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap", activation_checkpointing=True,
+                                               activation_checkpointing_offload=True, transformer_cls_names_to_wrap=["Block"])
+    run("fsdp_offloaded", fsdp_plugin=offloaded)

@@ -4,7 +4,8 @@ DDP: checkpointing each block gives the gradients and weights of the run that ke
 bit for bit, and keeps fewer bytes; with regional compilation too the result is one process's eager
 run on the global batch (within 1e-5). FSDP2: each block sharded, checkpointed
 (fsdp_activation_checkpointing, the same code) and compiled in place keeps its per-block all-gathers
-(FSDP2's hooks fire for every block) and trains as one process does."""
+(FSDP2's hooks fire for every block) and trains as one process does; with fsdp_activation_checkpointing_offload
+the blocks' saved inputs leave the device's keeping and it still trains as one process does."""
 
 from __future__ import annotations
 
@@ -87,3 +88,13 @@ def test_fsdp2_checkpointed_and_regionally_compiled_trains_as_one_eager_process(
     runs = fsdp.of("fsdp_regional")
     _mean_losses_close(runs, reference["losses"])
     assert all(run["saved_bytes"] < reference["saved_bytes"] / 2 / 5 for run in runs)
+
+
+def test_fsdp2_offloading_the_saved_inputs_trains_as_one_process_and_keeps_them_off_the_device(
+        fsdp: Launched, reference) -> None:
+    runs = fsdp.of("fsdp_offloaded")
+    _close(runs[0]["weights"], reference["weights"], 1e-5)
+    _mean_losses_close(runs, reference["losses"])
+    for offloaded, checkpointed in zip(runs, fsdp.of("fsdp_regional")):
+        # what autograd keeps outside the blocks' checkpoints: each block's input moved to the host's keeping
+        assert offloaded["saved_bytes"] < checkpointed["saved_bytes"], (offloaded["saved_bytes"], checkpointed["saved_bytes"])
