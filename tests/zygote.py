@@ -214,11 +214,13 @@ class Zygotes:
         if kind in self._processes:
             return
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | KINDS[kind].settings
-        process = subprocess.Popen([REAL_PYTHON, __file__, socket_for(self._socket, kind), self.client, kind],
-                                   env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   cwd=self.folder)
+        log = os.path.join(self.folder, f"zygote-{kind or 'torch'}.log")  # what its imports print, kept out of the suite's
+        with open(log, "w") as errors:
+            process = subprocess.Popen([REAL_PYTHON, __file__, socket_for(self._socket, kind), self.client, kind],
+                                       env=env, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=errors, cwd=self.folder)
         assert process.stdout is not None and process.stdout.readline().strip() == "ready", \
-            f"the test zygote {kind!r} did not start"
+            f"the test zygote {kind!r} did not start:\n{open(log).read()[-4000:]}"
         self._processes[kind] = process
 
     def stop(self) -> None:
