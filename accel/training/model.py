@@ -58,14 +58,21 @@ def prepare_model(
 def broadcast_module(model: nn.Module, state: ProcessState) -> None:
     """Copy process 0's parameters and buffers into `model` on every process.
 
+    A DTensor is left as it is: it was placed over its mesh already (transformers'
+    `from_pretrained(tp_plan=..., device_mesh=...)` gives each process its slice of the same checkpoint), and
+    process 0's slice is not the others' to receive (torch has no broadcast for DTensors either).
+
     Raises ValueError on every process, naming the first difference, when the processes' models
     do not have the same tensors (names, shapes, dtypes).
     """
+    from torch.distributed.tensor import DTensor
+
     check_same_layout(model, state)
     named = [*model.named_parameters(), *model.named_buffers()]
     with torch.no_grad():
         for _, tensor in named:
-            operations.broadcast(tensor.detach(), state, check_shapes=False)  # layout checked above
+            if not isinstance(tensor, DTensor):
+                operations.broadcast(tensor.detach(), state, check_shapes=False)  # layout checked above
 
 
 def check_same_layout(model: nn.Module, state: ProcessState, *, tied_names: bool = False) -> None:
