@@ -15,18 +15,21 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+if TYPE_CHECKING:  # partial_state.py imports this module
+    from accel.distributed.partial_state import PartialState
+
+_LIVE: weakref.WeakSet[PartialState] = weakref.WeakSet()
 """Every filled PartialState and AcceleratorState not yet collected: what a reset empties."""
 _SERIAL = itertools.count(1)
 """Orders the creation of states and resets: an emptied state rejoins a state created after its reset."""
-_NEWEST: dict[str, Any] = {}
+_NEWEST: dict[str, PartialState] = {}
 """The newest state ("partial": of either kind, "accelerator": AcceleratorState), kept as Accelerate keeps
 its shared state after the Accelerator that filled it is gone (`is_initialized()`, rejoining)."""
 
 
-def register(state: Any) -> None:
+def register(state: PartialState) -> None:
     """Count `state` (filled: it holds `_process`) among the live states, the newest of its kind."""
     state.__dict__["_serial"] = next(_SERIAL)
     _LIVE.add(state)
@@ -35,7 +38,7 @@ def register(state: Any) -> None:
         _NEWEST["accelerator"] = state
 
 
-def empty(chosen: Callable[[Any], bool]) -> None:
+def empty(chosen: Callable[[PartialState], bool]) -> None:
     """Remove the attributes of every live state `chosen` accepts (what Accelerate's `_shared_state.clear()` does).
 
     Args:
@@ -49,7 +52,7 @@ def empty(chosen: Callable[[Any], bool]) -> None:
             _LIVE.discard(state)
 
 
-def rejoin(state: Any) -> bool:
+def rejoin(state: PartialState) -> bool:
     """Refill an emptied `state` from the newest state of its kind created after its reset, if any, and
     say whether it did: an object kept from before `_reset_state()` then reads the new run's values.
 

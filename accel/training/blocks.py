@@ -140,6 +140,9 @@ def offload_saved_inputs(modules: Sequence[nn.Module], pin_memory: bool) -> None
     >>> block(torch.ones(2, 4, requires_grad=True)).sum().backward()
     """
     for module in modules:
+        if not is_checkpointed(module):  # its hooks read the checkpoint's state: say so here, not in forward
+            raise ValueError(f"offload_saved_inputs: {type(module).__name__} is not checkpointed; "
+                             "call checkpoint_modules on it first (offloading moves what checkpointing saves)")
         if not getattr(module, _OFFLOADED, False):
             _offload(module, pin_memory)
             setattr(module, _OFFLOADED, True)
