@@ -271,6 +271,8 @@ class Accelerator(
         """The layout of the processes as a device mesh (None without one, as in Accelerate; docs/distributed.md)."""
         self.torch_device_mesh, self.process_state = layout.mesh_and_place(self.parallelism_config, self.process_state)
         """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
+        self.sequence_parallel = layout.sequence_parallel(self.parallelism_config, self.torch_device_mesh)
+        """With sp_size > 1: what splits each prepared model's sequences over the "sp" ranks (accel.parallel.sequence)."""
         self.strategy: ParallelStrategy = create_strategy(
             self.fsdp_plugin, self.process_state, self.precision, self.handlers, self.parallelism_config,
             self.torch_device_mesh, self.deepspeed_plugin,

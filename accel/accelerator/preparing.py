@@ -34,6 +34,7 @@ from accel.training.prepared import PreparedObjects
 from accel.training.scheduler import AcceleratedScheduler
 
 if TYPE_CHECKING:
+    from accel.parallel.sequence.ulysses import SequenceParallel
 
     class _Preparer(Protocol):
         """One of the prepare_* methods: the object, and its device_placement."""
@@ -47,6 +48,7 @@ class PrepareMixin:
     precision: PrecisionBackend
     quantizer: Quantizer | None
     strategy: ParallelStrategy
+    sequence_parallel: SequenceParallel | None
     prepared: PreparedObjects
     process_state: ProcessState
     state: AcceleratorState
@@ -152,6 +154,8 @@ class PrepareMixin:
             model, self.precision, state.device, place and not deferred, None if deferred else state, self.quantizer,
             keep_masters=not evaluation_mode,
         )
+        if self.sequence_parallel is not None:  # attention over the sequence ranks, the whole sequence's loss
+            self.sequence_parallel.prepare_model(model)
         if not evaluation_mode:
             checkpoint_blocks(model, self.activation_checkpointing)  # before FSDP's units and compiling, as Accelerate
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
@@ -247,6 +251,7 @@ class PrepareMixin:
         wrapped = PreparedDataLoader(
             data_loader, self.process_state.device, self.gradient_state, place, self.process_state,
             config=self.dataloader_config, slice_fn=slice_fn_for_dispatch,
+            batch_transform=None if self.sequence_parallel is None else self.sequence_parallel.shard_batch,
         )
         self.prepared.dataloaders.append(wrapped)
         return wrapped

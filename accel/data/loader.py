@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -72,7 +72,8 @@ class PreparedDataLoader(DataLoader):
 
     With several processes (`state`), `loader` is rebuilt so that each process iterates its own
     part of every epoch; `self.loader` is that rebuilt loader and `len()` counts this process's
-    batches. `config` (None: the defaults) chooses how the batches are split, whether shuffling
+    batches. `batch_transform` (None: none) changes each batch after it is placed (sequence parallelism
+    gives each rank its slice: accel.parallel.sequence). `config` (None: the defaults) chooses how the batches are split, whether shuffling
     is seeded per epoch, and whether batches move to the device with `non_blocking`.
 
     `skip_first_batches(n)` gives a view of this loader whose next epoch starts at batch n of
@@ -102,6 +103,7 @@ class PreparedDataLoader(DataLoader):
         config: DataLoaderConfiguration | None = None,
         layout: tuple[int, int] | None = None,
         slice_fn: SliceFn | None = None,
+        batch_transform: Callable[[Any], Any] | None = None,
     ):
         if loader is self:  # prepared already (see __new__)
             return
@@ -126,6 +128,7 @@ class PreparedDataLoader(DataLoader):
         self.remainder = -1
         """Real samples in the epoch's last global batch (Accelerate's meaning, see GradientState.remainder)."""
         self.device = device
+        self._transform = batch_transform
         self._gradients = gradients
         self._place = place and device.type != "cpu"
         self._non_blocking = config.non_blocking
@@ -186,10 +189,10 @@ class PreparedDataLoader(DataLoader):
             self._running.remove(epoch)
 
     def _deliver(self, batch: Any) -> Any:
-        """The batch as the script gets it: on the device."""
-        if not self._place:
-            return batch
-        return map_tensors(lambda t: t.to(self.device, non_blocking=self._non_blocking), batch)
+        """The batch as the script gets it: on the device (and this rank's slice of its sequences, under sp)."""
+        if self._place:
+            batch = map_tensors(lambda t: t.to(self.device, non_blocking=self._non_blocking), batch)
+        return batch if self._transform is None else self._transform(batch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next epoch to start number `epoch` (Accelerate's DataLoaderShard.set_epoch; see the

@@ -1,11 +1,12 @@
 """ParallelismConfig: how the processes are laid out as a device mesh, in Accelerate's names and fields.
 
-`dp_replicate_size * dp_shard_size * tp_size * cp_size` processes form one torch DeviceMesh with
-Accelerate's dimension names (dp_replicate, dp_shard, cp, tp, outermost first; only sizes > 1 get a
+`dp_replicate_size * dp_shard_size * tp_size * cp_size * sp_size` processes form one torch DeviceMesh with
+Accelerate's dimension names (dp_replicate, dp_shard, cp, sp, tp, outermost first; only sizes > 1 get a
 dimension) and its flattened ones (dp, dp_shard_cp, dp_cp). With FSDP2, dp_shard_size > 1 shards
 the model; dp_replicate_size > 1 as well gives HSDP (each shard group's model replicated across
-groups). tp_size > 1 splits layers over the tp dimension. Context parallelism (cp_size > 1) and
-DeepSpeed's sequence parallelism (sp_size > 1) are refused here, at construction, with the reason.
+groups). tp_size > 1 splits layers over the tp dimension. sp_size > 1 splits each sequence over the sp
+dimension (Ulysses: sp_backend "torch", accel.parallel.sequence; docs/long-context.md). Context parallelism
+(cp_size > 1) and DeepSpeed's Ulysses (sp_backend "deepspeed") are refused here, at construction, with the reason.
 
 A size left as None is read from ACCEL_PARALLELISM_CONFIG_<FIELD> (set by `accel launch`), else
 Accelerate's PARALLELISM_CONFIG_<FIELD> (set by `accelerate launch`), else 1, as Accelerate's does.
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel._validation import check_choice, check_int
-from accel.parallel.names import MESH_ORDER
+from accel.parallel.names import MESH_ORDER, SP_BACKENDS
 
 CP_REASON = (
     "context parallelism (cp_size > 1) is not provided by accel: torch's context_parallel shards the sequence of "
@@ -36,9 +37,11 @@ CP_REASON = (
     "(shard the model with dp_shard_size and tensor-parallel it with tp_size), or Accelerate for context parallelism"
 )
 SP_REASON = (
-    "sequence parallelism (sp_size > 1) is DeepSpeed's Ulysses (sp_backend='deepspeed'), and accel does not run "
-    "DeepSpeed. Use sp_size=1, or Accelerate with DeepSpeed"
+    "sp_backend='deepspeed' is DeepSpeed's Ulysses, which runs inside DeepSpeed's engine with its own process groups; "
+    "accel does not drive it. Use sp_backend='torch' (accel's Ulysses: the same all-to-all around attention, with "
+    "DDP or FSDP2, on CPU processes too), or Accelerate with DeepSpeed"
 )
+
 
 
 @dataclasses.dataclass
@@ -61,34 +64,32 @@ class ParallelismConfig:
     cp_backend: str | None = None
     """Accelerate's context-parallel backend: 'torch' only."""
     sp_size: int | None = None
-    """DeepSpeed's sequence parallelism: 1 only (SP_REASON)."""
+    """Processes over which each sequence is split (Ulysses); they see the same batch, each a slice of it."""
     sp_backend: str | None = None
-    """Accelerate's sequence-parallel backend: 'deepspeed' only (and sp_size 1)."""
+    """'torch' (accel's Ulysses, the default here) or 'deepspeed' (Accelerate's default; refused: SP_REASON)."""
     tp_handler: Any = None
     """A TorchTensorParallelConfig (options of tensor parallelism: accel's `plan`), or None for its defaults."""
     cp_handler: Any = None
     """Accelerate's TorchContextParallelConfig; must be None (context parallelism is refused)."""
     sp_handler: Any = None
-    """Accelerate's DeepSpeedSequenceParallelConfig; must be None (sequence parallelism is refused)."""
+    """Accelerate's DeepSpeedSequenceParallelConfig, for sp_backend 'deepspeed' only; must be None."""
 
     device_mesh: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
     """The mesh, once built (`get_device_mesh`); shared by the Accelerator as `torch_device_mesh`."""
 
     def __post_init__(self) -> None:
-        from accel.settings import PARALLELISM_SETTINGS
+        from accel.settings import PARALLELISM_SIZE_SETTINGS, SP_BACKEND
 
-        for setting in PARALLELISM_SETTINGS:
+        for setting in PARALLELISM_SIZE_SETTINGS:
             value = getattr(self, setting.keyword)
             value = setting.from_env() if value is None else value
             setattr(self, setting.keyword, check_int(f"ParallelismConfig.{setting.keyword}", 1 if value is None else value,
                                                      minimum=1))
-        # Accelerate's launcher sets these too; they have no accel setting (one value each is accepted)
-        sp_size = self.sp_size if self.sp_size is not None else int(os.environ.get("PARALLELISM_CONFIG_SP_SIZE", "1"))
-        self.sp_size = check_int("ParallelismConfig.sp_size", sp_size, minimum=1)
+        # Accelerate's launcher sets this too; it has no accel setting (one value is accepted)
         cp_backend = self.cp_backend or os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")
         self.cp_backend = check_choice("ParallelismConfig.cp_backend", cp_backend, ("torch",))
-        sp_backend = self.sp_backend or os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
-        self.sp_backend = check_choice("ParallelismConfig.sp_backend", sp_backend, ("deepspeed",))
+        sp_backend = self.sp_backend if self.sp_backend is not None else SP_BACKEND.from_env()
+        self.sp_backend = check_choice("ParallelismConfig.sp_backend", sp_backend or "torch", SP_BACKENDS)
         self._refuse_unprovided()
         from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig
 
@@ -114,8 +115,15 @@ class ParallelismConfig:
         """cp_size > 1 and sp_size > 1 (and their handlers) cannot run here: NotImplementedError with the reason."""
         if self.sizes["cp"] > 1 or self.cp_handler is not None:
             raise NotImplementedError(f"ParallelismConfig(cp_size={self.cp_size}, cp_handler={self.cp_handler!r}): {CP_REASON}.")
-        if self.sizes["sp"] > 1 or self.sp_handler is not None:
-            raise NotImplementedError(f"ParallelismConfig(sp_size={self.sp_size}, sp_handler={self.sp_handler!r}): {SP_REASON}.")
+        if self.sp_backend == "deepspeed" and self.sizes["sp"] > 1 or self.sp_handler is not None:
+            raise NotImplementedError(f"ParallelismConfig(sp_size={self.sp_size}, sp_backend={self.sp_backend!r}, "
+                                      f"sp_handler={self.sp_handler!r}): {SP_REASON}.")
+        if self.sizes["sp"] > 1 and self.sizes["tp"] > 1:
+            raise NotImplementedError(
+                f"ParallelismConfig(sp_size={self.sp_size}, tp_size={self.tp_size}): sequence parallelism exchanges each "
+                "layer's attention heads over the sp ranks, and tensor parallelism splits those heads over the tp ranks; "
+                "accel does not compose the two. Give sp_size or tp_size, with dp_shard_size (FSDP2) for the rest."
+            )
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}_size={self.sizes[name]}" for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"))
@@ -154,7 +162,7 @@ class ParallelismConfig:
 
     @property
     def sp_enabled(self) -> bool:
-        """True when sp_size > 1 (DeepSpeed's sequence parallelism, which accel refuses at construction: always False)."""
+        """True when sp_size > 1: each sequence is split over the sp dimension (Ulysses)."""
         return self.sizes["sp"] > 1
 
     @property
@@ -169,13 +177,14 @@ class ParallelismConfig:
 
     @property
     def dp_shard_cp_dim_names(self) -> list[str]:
-        """Enabled dimensions flattened into `dp_shard_cp`, across which FSDP shards."""
-        return [name for name in ("dp_shard", "cp") if self.sizes[name] > 1]
+        """Enabled dimensions flattened into `dp_shard_cp`, across which FSDP shards. Sequence ranks hold slices
+        of the same batch, so their gradients are parts of one: FSDP2's reduction over this dimension adds them."""
+        return [name for name in ("dp_shard", "cp", "sp") if self.sizes[name] > 1]
 
     @property
     def dp_cp_dim_names(self) -> list[str]:
         """Enabled dimensions flattened into `dp_cp`, across which the loss is averaged."""
-        return [name for name in ("dp_replicate", "dp_shard", "cp") if self.sizes[name] > 1]
+        return [name for name in ("dp_replicate", "dp_shard", "cp", "sp") if self.sizes[name] > 1]
 
     @property
     def fsdp_dim_names(self) -> list[str]:
@@ -262,7 +271,7 @@ def check_world(sizes: Mapping[str, int], world: int, *, fsdp: bool, where: str 
     `sizes`: field name -> size (absent: 1). All sizes 1 means "the whole world" and always fits (see
     accel.parallel.layout). Used by the Accelerator and, before any process starts, by `accel launch`.
     """
-    given = {name: int(sizes.get(name) or 1) for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")}
+    given = {name: int(sizes.get(name) or 1) for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")}
     product = 1
     for size in given.values():
         product *= size

@@ -68,17 +68,38 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
     if config is None:
         return None
     world, fsdp = process_state.num_processes, fsdp_plugin is not None
-    sizes = {name: config.sizes[name.removesuffix("_size")] for name in ("dp_replicate_size", "dp_shard_size", "tp_size")}
+    config = _data_parallel_filled(config, world, fsdp)
+    sizes = {name: config.sizes[name.removesuffix("_size")] for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "sp_size")}
     check_world(sizes, world, fsdp=fsdp, where=f"Accelerator(parallelism_config={config!r})")
     if config.total_size == 1 and world > 1:
         config = config.with_sizes(**{"dp_shard_size" if fsdp else "dp_replicate_size": world})
-    if fsdp and world > 1 and not config.dp_shard_enabled:
+    if fsdp and world > 1 and not config.dp_shard_cp_dim_names:
         raise ValueError(
             f"Accelerator(parallelism_config={config!r}) with an FSDP plugin: FSDP2 shards over dp_shard_size, which "
             f"is 1, so there is nothing to shard over. Give dp_shard_size > 1 (its product with the other sizes "
             f"must be {world}), or leave out the fsdp_plugin (--use_fsdp) for DDP with dp_replicate_size."
         )
     return config
+
+
+def _data_parallel_filled(config: ParallelismConfig, world: int, fsdp: bool) -> ParallelismConfig:
+    """With sp_size > 1 and no data-parallel size given, the rest of the world is data parallel (as DeepSpeed's
+    Ulysses overlays it): ParallelismConfig(sp_size=2) on 4 processes is 2 data-parallel places of 2 sequence
+    ranks (dp_shard with FSDP, else dp_replicate)."""
+    sizes = config.sizes
+    rest, remainder = divmod(world, sizes["sp"] * sizes["tp"] * sizes["cp"])
+    if sizes["sp"] == 1 or sizes["dp_replicate"] * sizes["dp_shard"] > 1 or remainder or rest == 1:
+        return config
+    return config.with_sizes(**{"dp_shard_size" if fsdp else "dp_replicate_size": rest})
+
+
+def sequence_parallel(config: ParallelismConfig | None, mesh: Any) -> Any:
+    """The SequenceParallel of the mesh's "sp" dimension (accel.parallel.sequence), or None when sp_size is 1."""
+    if config is None or not config.sp_enabled:
+        return None
+    from accel.parallel.sequence.ulysses import SequenceParallel
+
+    return SequenceParallel.from_mesh(mesh)
 
 
 def _hybrid_asked(plugin: Any, environ: Any = None) -> bool:

@@ -37,6 +37,7 @@ from accel.kwargs_handlers.fp8 import (
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.kwargs_handlers.monitoring import SPIKE_ACTIONS
+from accel.parallel.names import SP_BACKENDS
 from accel.settings.accelerate_names import (
     ACCELERATE_FSDP_SPELLINGS,
     ACCELERATE_PREFIX,  # noqa: F401 - importable from here, as before Accelerate's spellings had their own module
@@ -265,13 +266,19 @@ BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
 _PARALLELISM_SIZES = {
     "dp_replicate_size": "replicas of the (sharded) model", "dp_shard_size": "processes FSDP2 shards over (use_fsdp)",
     "tp_size": "processes splitting each layer (tensor parallel)", "cp_size": "context parallel: 1 only (docs/distributed.md)",
+    "sp_size": "processes splitting each sequence (Ulysses; docs/long-context.md)",
 }
-PARALLELISM_SETTINGS = tuple(
+PARALLELISM_SIZE_SETTINGS = tuple(
     Setting(f"{PARALLELISM_SECTION}_{size}", IntKind(minimum=1), None, keyword=size, section=PARALLELISM_SECTION,
             help=f"ParallelismConfig.{size}: {what}; the sizes multiply to num_processes")
     for size, what in _PARALLELISM_SIZES.items()
 )
 """ParallelismConfig's sizes: any one set builds a device mesh (docs/distributed.md)."""
+SP_BACKEND = Setting(f"{PARALLELISM_SECTION}_sp_backend", ChoiceKind(SP_BACKENDS), None, keyword="sp_backend",
+                     section=PARALLELISM_SECTION, help="ParallelismConfig.sp_backend: torch (accel's Ulysses, the "
+                     "default) or deepspeed (refused: docs/long-context.md)")
+PARALLELISM_SETTINGS = (*PARALLELISM_SIZE_SETTINGS, SP_BACKEND)
+"""Every parallelism_config setting: the sizes and the sequence-parallel backend."""
 PARALLELISM_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in PARALLELISM_SETTINGS}
 USE_DEEPSPEED = Setting("use_deepspeed", BoolKind(), False, help=DEEPSPEED_USE_HELP)
 DEEPSPEED_OPTION_SETTINGS = tuple(Setting(key, kind, default, keyword=field, help=text, section=DEEPSPEED_SECTION)
