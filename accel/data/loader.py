@@ -73,8 +73,9 @@ class PreparedDataLoader(DataLoader):
     With several processes (`state`), `loader` is rebuilt so that each process iterates its own
     part of every epoch; `self.loader` is that rebuilt loader and `len()` counts this process's
     batches. `batch_transform` (None: none) changes each batch after it is placed (sequence parallelism
-    gives each rank its slice: accel.parallel.sequence). `config` (None: the defaults) chooses how the batches are split, whether shuffling
-    is seeded per epoch, and whether batches move to the device with `non_blocking`.
+    gives each rank its slice: accel.parallel.sequence). `config` (None: the defaults) chooses how the
+    batches are split, whether shuffling is seeded per epoch, and whether batches move to the device
+    with `non_blocking`.
 
     `skip_first_batches(n)` gives a view of this loader whose next epoch starts at batch n of
     that epoch (see skipping.py and docs/checkpoints.md).

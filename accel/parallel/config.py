@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel._validation import check_choice, check_int
-from accel.parallel.names import MESH_ORDER, SP_BACKENDS
+from accel.parallel.names import MESH_ORDER
 
 CP_REASON = (
     "context parallelism (cp_size > 1) is not provided by accel: torch's context_parallel shards the sequence of "
@@ -78,7 +78,7 @@ class ParallelismConfig:
     """The mesh, once built (`get_device_mesh`); shared by the Accelerator as `torch_device_mesh`."""
 
     def __post_init__(self) -> None:
-        from accel.settings import PARALLELISM_SIZE_SETTINGS, SP_BACKEND
+        from accel.settings import PARALLELISM_SIZE_SETTINGS, SP_BACKEND, SP_BACKENDS
 
         for setting in PARALLELISM_SIZE_SETTINGS:
             value = getattr(self, setting.keyword)
@@ -268,13 +268,16 @@ def _plain(value: Any) -> Any:
 def check_world(sizes: Mapping[str, int], world: int, *, fsdp: bool, where: str = "ParallelismConfig") -> None:
     """Refuse sizes that do not fit `world` processes, or shard without FSDP (ValueError naming each size).
 
-    `sizes`: field name -> size (absent: 1). All sizes 1 means "the whole world" and always fits (see
+    `sizes`: field name -> size (absent: 1). All sizes 1 means "the whole world" and always fits, and so does
+    sp_size without data-parallel sizes when it divides the world (the rest is data parallel; see
     accel.parallel.layout). Used by the Accelerator and, before any process starts, by `accel launch`.
     """
     given = {name: int(sizes.get(name) or 1) for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size")}
     product = 1
     for size in given.values():
         product *= size
+    if given["sp_size"] > 1 and given["dp_replicate_size"] * given["dp_shard_size"] == 1 and world % product == 0:
+        product = world  # the rest of the world is data parallel (accel.parallel.layout fills it)
     if product != 1 and product != world:
         listed = " * ".join(f"{name}={size}" for name, size in given.items())
         raise ValueError(

@@ -69,7 +69,8 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
         return None
     world, fsdp = process_state.num_processes, fsdp_plugin is not None
     config = _data_parallel_filled(config, world, fsdp)
-    sizes = {name: config.sizes[name.removesuffix("_size")] for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "sp_size")}
+    names = ("dp_replicate_size", "dp_shard_size", "tp_size", "sp_size")
+    sizes = {name: config.sizes[name.removesuffix("_size")] for name in names}
     check_world(sizes, world, fsdp=fsdp, where=f"Accelerator(parallelism_config={config!r})")
     if config.total_size == 1 and world > 1:
         config = config.with_sizes(**{"dp_shard_size" if fsdp else "dp_replicate_size": world})

@@ -9,6 +9,3 @@ from __future__ import annotations
 
 MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
 """Accelerate's order of the mesh dimensions, outermost first (tp innermost: its ranks are neighbours)."""
-
-SP_BACKENDS = ("torch", "deepspeed")
-"""ParallelismConfig.sp_backend's values: accel's Ulysses (accel.parallel.sequence), DeepSpeed's (refused at construction)."""

@@ -37,7 +37,6 @@ from accel.kwargs_handlers.fp8 import (
 )
 from accel.kwargs_handlers.fsdp_names import CONFIG_HELP, CONFIG_KEYS, STATE_DICT_TYPES, WRAP_POLICIES
 from accel.kwargs_handlers.monitoring import SPIKE_ACTIONS
-from accel.parallel.names import SP_BACKENDS
 from accel.settings.accelerate_names import (
     ACCELERATE_FSDP_SPELLINGS,
     ACCELERATE_PREFIX,  # noqa: F401 - importable from here, as before Accelerate's spellings had their own module
@@ -274,6 +273,8 @@ PARALLELISM_SIZE_SETTINGS = tuple(
     for size, what in _PARALLELISM_SIZES.items()
 )
 """ParallelismConfig's sizes: any one set builds a device mesh (docs/distributed.md)."""
+SP_BACKENDS = ("torch", "deepspeed")
+"""ParallelismConfig.sp_backend's values: accel's Ulysses (accel.parallel.sequence), DeepSpeed's (refused at construction)."""
 SP_BACKEND = Setting(f"{PARALLELISM_SECTION}_sp_backend", ChoiceKind(SP_BACKENDS), None, keyword="sp_backend",
                      section=PARALLELISM_SECTION, help="ParallelismConfig.sp_backend: torch (accel's Ulysses, the "
                      "default) or deepspeed (refused: docs/long-context.md)")

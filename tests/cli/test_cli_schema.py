@@ -40,7 +40,8 @@ SAMPLE_VALUES = {
     "fsdp_cpu_ram_efficient_loading": True,
     "bnb_mode": "int8", "bnb_dtype": "float16", "bnb_ignore_modules": ("lm_head", "blocks.0"),
     "parallelism_config_dp_replicate_size": 2, "parallelism_config_dp_shard_size": 4,
-    "parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1,
+    "parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1, "parallelism_config_sp_size": 2,
+    "parallelism_config_sp_backend": "torch",
     "use_deepspeed": True, "deepspeed_config_file": "ds.json", "zero_stage": 3, "offload_optimizer_device": "cpu",
     "offload_param_device": "nvme", "gradient_clipping": 0.5, "zero3_init_flag": True, "zero3_save_16bit_model": False,
 }

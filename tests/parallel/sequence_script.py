@@ -1,7 +1,7 @@
 """Launched by test_sequence_parallel.py: a tiny transformers Llama trained with the sequence split over sp_size
 ranks (Ulysses, sp_backend "torch"), through a prepared DataLoader of padded rows, `model(**batch).loss`. argv:
-sp_size, dp_shard_size (> 1: FSDP2 over dp_shard x sp), dp_replicate_size (> 1: DDP), steps. One process with sp_size 1 is the reference:
-the same global batches, whole sequences."""
+sp_size, dp_shard_size (> 1: FSDP2 over dp_shard x sp), dp_replicate_size (> 1: DDP), steps. One process with
+sp_size 1 is the reference: the same global batches, whole sequences."""
 
 from __future__ import annotations
 

@@ -47,8 +47,10 @@ def test_every_view_and_the_mesh_layout_equal_accelerates(sizes: dict[str, int])
         assert getattr(ours, view) == getattr(theirs, view), view
     expected = theirs._get_mesh()  # (names, sizes) in Accelerate's order, or () when every size is 1
     assert ours.mesh_layout() == (tuple(expected) if expected else ((), ()))
-    for field in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_backend", "sp_backend"):
+    for field in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size", "cp_backend"):
         assert getattr(ours, field) == getattr(theirs, field), field
+    # sp_backend: Accelerate's only one (and default) is DeepSpeed's, which accel refuses; accel's default is its own
+    assert (ours.sp_backend, theirs.sp_backend) == ("torch", "deepspeed")
 
 
 def test_sizes_left_out_are_read_from_accels_variable_else_accelerates(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +73,9 @@ def test_the_environment_asks_for_a_config_as_either_launcher_does(monkeypatch: 
 
 @pytest.mark.parametrize(("sizes", "error", "words"), [
     ({"cp_size": 2}, NotImplementedError, "ring attention only on its CUDA"),
-    ({"sp_size": 2}, NotImplementedError, "does not run DeepSpeed"),
+    ({"sp_size": 2, "sp_backend": "deepspeed"}, NotImplementedError, "DeepSpeed's Ulysses, which runs inside"),
+    ({"sp_size": 2, "tp_size": 2}, NotImplementedError, "accel does not compose the two"),
+    ({"sp_backend": "ring"}, ValueError, "sp_backend='ring'"),
     ({"tp_size": 2, "dp_replicate_size": 2}, ValueError, "does not compose with pure data parallelism"),
     ({"tp_size": 0}, ValueError, "ParallelismConfig.tp_size=0 must be an int >= 1"),
     ({"dp_shard_size": "2"}, TypeError, "dp_shard_size"),
@@ -85,7 +89,7 @@ def test_bad_sizes_are_refused_at_construction(sizes: dict, error: type[Exceptio
 
 
 def test_the_world_check_names_every_size_and_the_world_size() -> None:
-    with pytest.raises(ValueError, match=r"dp_replicate_size=2 \* dp_shard_size=3 \* tp_size=1 \* cp_size=1 = 6 "
+    with pytest.raises(ValueError, match=r"dp_replicate_size=2 \* dp_shard_size=3 \* tp_size=1 \* cp_size=1 \* sp_size=1 = 6 "
                                          r"processes, but the world size \(num_processes\) is 4"):
         check_world({"dp_replicate_size": 2, "dp_shard_size": 3}, 4, fsdp=True)
     with pytest.raises(ValueError, match="dp_shard_size=4 shards the model with FSDP2, but FSDP is not on"):

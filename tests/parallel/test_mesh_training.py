@@ -108,7 +108,7 @@ def test_ranks_of_one_tensor_parallel_group_read_the_same_rows(four: Launched, t
 def test_bad_layouts_are_refused_when_the_accelerator_is_built(four: Launched) -> None:
     kind, message = four.of("bad_product")[0]
     assert kind == "ValueError"
-    assert "dp_replicate_size=4 * dp_shard_size=2 * tp_size=1 * cp_size=1 = 8 processes" in message
+    assert "dp_replicate_size=4 * dp_shard_size=2 * tp_size=1 * cp_size=1 * sp_size=1 = 8 processes" in message
     assert "world size (num_processes) is 4" in message
     kind, message = four.of("bad_shard_without_fsdp")[0]
     assert kind == "ValueError" and "dp_shard_size=4 shards the model with FSDP2, but FSDP is not on" in message

@@ -218,16 +218,20 @@ def _translate_deepspeed(data: Mapping[Any, Any], result: dict[str, Any], droppe
 
 def _translate_parallelism(data: Mapping[Any, Any], result: dict[str, Any], dropped: list[str], path: Path) -> None:
     """Keep parallelism_config's sizes (Accelerate's keys are accel's); an FSDP1 HYBRID_SHARD without one becomes its
-    sizes (from_accelerate_fsdp.hybrid_sizes). DeepSpeed's sequence parallelism is refused; context parallelism's
-    size goes on to the ordinary check, which refuses cp_size > 1 with the reason before any process starts."""
+    sizes (from_accelerate_fsdp.hybrid_sizes). Sequence parallelism in Accelerate's file is DeepSpeed's (its only
+    sp_backend), which is refused; context parallelism's size goes on to the ordinary check, which refuses cp_size > 1
+    with the reason before any process starts."""
     section = data.get(PARALLELISM_SECTION)
     kept: dict[str, Any] = {}
-    for key, value in (section.items() if isinstance(section, Mapping) else ()):
-        if key in PARALLELISM_SETTINGS_BY_KEY:
+    items = dict(section.items()) if isinstance(section, Mapping) else {}
+    sp_size, sp_backend = items.get("parallelism_config_sp_size"), items.get("parallelism_config_sp_backend") or "deepspeed"
+    if sp_size not in (None, 1) and sp_backend == "deepspeed":
+        raise CliError(f"{path}: {PARALLELISM_SECTION}.parallelism_config_sp_size={sp_size} with sp_backend "
+                       f"{sp_backend!r} (Accelerate's only one): {SP_REASON}.")
+    for key, value in items.items():
+        if key in PARALLELISM_SETTINGS_BY_KEY and not _is_inert(key, value):
             kept[key] = value
-        elif key == "parallelism_config_sp_size" and value not in (None, 1):
-            raise CliError(f"{path}: {PARALLELISM_SECTION}.{key}={value}: {SP_REASON}.")
-        elif not _is_inert(key, value) and not str(key).startswith("parallelism_config_cp_"):
+        elif not _is_inert(key, value) and not str(key).startswith(("parallelism_config_cp_", "parallelism_config_sp_")):
             dropped.append(_describe(f"{PARALLELISM_SECTION}.{key}", value))
     if not kept and result.get(USE_FSDP.name) is True:
         kept = hybrid_sizes(data) or {}

@@ -16,7 +16,7 @@ from accel.backends.names import reads_fp8_recipe
 from accel.cli.config.file import ConfigFile
 from accel.cli.errors import CliError, warn
 from accel.cli.launch.rendezvous import DEFAULT_PORT, check_rendezvous  # noqa: F401 - DEFAULT_PORT: the wizard's
-from accel.parallel.config import CP_REASON, check_world
+from accel.parallel.config import CP_REASON, SP_REASON, check_world
 from accel.settings import (
     DEEPSPEED_OPTION_SETTINGS,
     FP8_SETTINGS,
@@ -166,8 +166,8 @@ def _processes_per_machine(values: Mapping[str, Any]) -> int:
 
 
 def _check_parallelism(values: Mapping[str, Any]) -> None:
-    """Refuse parallelism_config sizes that do not multiply to num_processes, dp_shard_size without use_fsdp, and
-    cp_size > 1, before any process starts (the Accelerator checks the same again)."""
+    """Refuse parallelism_config sizes that do not multiply to num_processes, dp_shard_size without use_fsdp,
+    cp_size > 1 and DeepSpeed's sequence parallelism, before any process starts (the Accelerator checks the same again)."""
     sizes = {s.keyword: values[s.name] for s in PARALLELISM_SETTINGS if s.name in values}
     if not sizes:
         return
@@ -175,6 +175,8 @@ def _check_parallelism(values: Mapping[str, Any]) -> None:
         check_world(sizes, values.get("num_processes", 1), fsdp=bool(values.get(USE_FSDP.name)), where="parallelism_config")
         if sizes.get("cp_size", 1) > 1:
             raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']}: {CP_REASON}")
+        if sizes.get("sp_size", 1) > 1 and sizes.get("sp_backend") == "deepspeed":
+            raise ValueError(f"parallelism_config_sp_size={sizes['sp_size']} with sp_backend 'deepspeed': {SP_REASON}")
     except ValueError as error:
         raise CliError(f"{error} (the sizes: the parallelism_config keys or --parallelism_config_* flags)") from None
 

@@ -54,7 +54,7 @@ def check_model(model: nn.Module, ranks: int) -> Any:
             "mask in memory). Load the model with attn_implementation='sdpa'."
         )
     for field in ("num_attention_heads", "num_key_value_heads"):
-        heads = getattr(text, field, None) or getattr(text, "num_attention_heads", 0)
+        heads = int(getattr(text, field, None) or getattr(text, "num_attention_heads", 0))
         if heads % ranks:
             raise ValueError(
                 f"ParallelismConfig(sp_size={ranks}): the model's {field} is {heads}, which {ranks} processes cannot "
@@ -91,7 +91,7 @@ def install() -> None:
     from transformers.modeling_utils import AttentionInterface
 
     for name in IMPLEMENTATIONS:
-        current = AttentionInterface._global_mapping[name]
+        current: Any = AttentionInterface._global_mapping[name]
         if getattr(current, _INSTALLED, None) is None:
             AttentionInterface.register(name, _dispatcher(current))
 

@@ -73,8 +73,9 @@ class SequenceLoss:
         logits = output["logits"] if isinstance(output, dict) else output[0]
         counted = (targets != IGNORE).sum()
         dist.all_reduce(counted, group=self.group)
-        part = model.loss_function(logits=logits, labels=None, vocab_size=self.vocab_size, shift_labels=targets,
-                                   num_items_in_batch=counted)
+        loss_function: Any = model.loss_function
+        part = loss_function(logits=logits, labels=None, vocab_size=self.vocab_size, shift_labels=targets,
+                             num_items_in_batch=counted)
         return _with_loss(output, sum_over(part, self.group))
 
 
