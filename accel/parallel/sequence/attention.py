@@ -45,7 +45,7 @@ def check_model(model: nn.Module, ranks: int) -> Any:
             "no config with num_attention_heads); sequence parallelism wraps transformers' attention functions. Load "
             "the model with transformers, or use sp_size=1."
         )
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text: Any = config.get_text_config() if hasattr(config, "get_text_config") else config
     implementation = getattr(text, "_attn_implementation", None)
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
@@ -54,7 +54,7 @@ def check_model(model: nn.Module, ranks: int) -> Any:
             "mask in memory). Load the model with attn_implementation='sdpa'."
         )
     for field in ("num_attention_heads", "num_key_value_heads"):
-        heads = int(getattr(text, field, None) or getattr(text, "num_attention_heads", 0))
+        heads: int = getattr(text, field, None) or getattr(text, "num_attention_heads", 0)
         if heads % ranks:
             raise ValueError(
                 f"ParallelismConfig(sp_size={ranks}): the model's {field} is {heads}, which {ranks} processes cannot "
