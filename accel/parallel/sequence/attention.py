@@ -54,7 +54,7 @@ def check_model(model: nn.Module, ranks: int) -> Any:
             "mask in memory). Load the model with attn_implementation='sdpa'."
         )
     for field in ("num_attention_heads", "num_key_value_heads"):
-        heads: int = getattr(text, field, None) or getattr(text, "num_attention_heads", 0)
+        heads = int(getattr(text, field, 0) or text.num_attention_heads)
         if heads % ranks:
             raise ValueError(
                 f"ParallelismConfig(sp_size={ranks}): the model's {field} is {heads}, which {ranks} processes cannot "
