@@ -1,5 +1,6 @@
-"""What a training loop needs from a sharded model: its full weights, a global gradient norm,
-and skipping the gradient reduce-scatter on micro-batches that accumulate.
+"""What a training loop needs from a sharded model: its full weights (also where a transformers model's own
+`save_pretrained` reads them), a global gradient norm, and skipping the gradient reduce-scatter on
+micro-batches that accumulate.
 
 Every function here also takes an unsharded model (one process, or FSDP not used), so the
 Accelerator can call them without asking first.
@@ -8,8 +9,9 @@ Accelerator can call them without asking first.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterable, Iterator
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -35,6 +37,32 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     # a model's state dict holds its parameters and buffers: tensors (torch types its values more widely)
     return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=options))
+
+
+def gather_when_saved(model: nn.Module) -> None:
+    """Make a sharded transformers model's `save_pretrained(folder)` write its full weights.
+
+    Called on every process, as scripts do (Accelerate's nd_parallel.py example ends so), transformers reads
+    the model's state dict, whose DTensor shards safetensors cannot write ("Attempted to access the data pointer
+    on an invalid python storage": under Accelerate too). Here the call gathers the full weights first (every
+    process takes part; the main one writes them, as transformers already decides). A call that passes its own
+    `state_dict` (Accelerate's documented `state_dict=accelerator.get_state_dict(model)`) is unchanged. A model
+    without `save_pretrained` is left alone.
+
+    Args:
+        model: The model fully_shard sharded.
+    """
+    original = getattr(model, "save_pretrained", None)
+    if not is_sharded(model) or not callable(original):
+        return
+
+    @functools.wraps(original)
+    def save_pretrained(*args: Any, **kwargs: Any) -> Any:
+        if len(args) < 3 and kwargs.get("state_dict") is None:  # (folder, is_main_process, state_dict, ...)
+            kwargs["state_dict"] = full_state_dict(model)
+        return original(*args, **kwargs)
+
+    model.save_pretrained = save_pretrained
 
 
 def clip_grad_norm_(

@@ -23,7 +23,7 @@ from accel.distributed.process_state import ProcessState
 from accel.fsdp import meta_loading
 from accel.fsdp.optimizer import parameter_names, retarget_optimizer
 from accel.fsdp.plugin import FullyShardedDataParallelPlugin
-from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, is_sharded, no_sync
+from accel.fsdp.sharded_model import clip_grad_norm_, full_state_dict, gather_when_saved, is_sharded, no_sync
 from accel.fsdp.wrap import shard_model
 from accel.kwargs_handlers import Handlers
 from accel.parallel.sharded_checkpoints import ShardedCheckpointsMixin
@@ -101,6 +101,7 @@ class FSDPStrategy(ShardedCheckpointsMixin, ParallelStrategy):
         model = shard_model(model, self.plugin, precision, self.process_state.device, self.process_state, self.mesh)
         if pending is not None:
             meta_loading.after_sharding(model, pending, self.process_state, self.plugin.offload_policy is not None)
+        gather_when_saved(model)
         self.names.update(names)
         for wrapped in optimizers:
             retarget_optimizer(wrapped.optimizer, names, model)

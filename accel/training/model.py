@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -106,9 +106,33 @@ def wrap_for_processes(model: nn.Module, state: ProcessState, options: Distribut
     device_ids = [state.device] if state.device.type in ("cuda", "xpu") else None
     # Only the options the user changed: torch's defaults are the handler's, and naming a
     # deprecated option (broadcast_buffers) at its default would make torch warn for nothing.
-    wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options.ddp_kwargs())
+    wrapped = DistributedDataParallel(model, device_ids=device_ids, init_sync=False, **options.ddp_kwargs())
     options.register_comm_hook(wrapped)
     return wrapped
+
+
+class DistributedDataParallel(nn.parallel.DistributedDataParallel):
+    """torch's DistributedDataParallel, whose attributes it lacks are read from the model it wraps.
+
+    A script that reads `model.config` or calls `model.gradient_checkpointing_enable()` after `prepare` runs on one
+    process and fails on several under Accelerate, whose DDP has no such attribute (Accelerate's own nd_parallel.py
+    example does so with `--dp-replicate-size`); here it gets the model's. Everything DDP has is DDP's own (its
+    `forward`, `no_sync`, `module`, ...), so nothing that runs under Accelerate changes, and the lookup costs
+    nothing on the hot path (Python asks `__getattr__` only for names the wrapper does not have). Lightning
+    Fabric's module wrapper forwards attributes the same way.
+
+    >>> # model = accelerator.prepare(model)  # on 2 processes: this class
+    >>> # model.config is accelerator.unwrap_model(model).config  -> True
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("module")
+            if inner is None:
+                raise
+            return getattr(inner, name)
 
 
 def restore_forward(model: nn.Module) -> None:

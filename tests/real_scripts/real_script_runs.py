@@ -108,6 +108,18 @@ def _environment(record: Path, seed: int | None, paths: tuple[Path, ...]) -> dic
     return env
 
 
+def write_scripts(fixture: str, framework: str, folder: Path) -> Path:
+    """Write `fixture` into `folder` as `framework` runs it (imports renamed for accel); a fixture in a folder of
+    its own (`torch_native_parallelism/nd_parallel.py`) brings the modules beside it (its `utils.py`), renamed
+    too. Returns the script's path."""
+    source = FIXTURES / fixture
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.parent.glob("*.py")) if source.parent != FIXTURES else [source]:
+        text = path.read_text()
+        (folder / path.name).write_text(text if framework == "accelerate" else rename_imports(text))
+    return folder / source.name
+
+
 def start(fixture: str, framework: str, processes: int, args: list[str], workdir: Path, standins: Path,
           seed: int | None = None, paths: tuple[Path, ...] = (), record_name: str = "record",
           ) -> tuple[subprocess.Popen[str], Path, float]:
@@ -115,12 +127,8 @@ def start(fixture: str, framework: str, processes: int, args: list[str], workdir
     (`paths`: folders put on the run's PYTHONPATH after the recorder and this repository, such as
     the torchvision stand-in; `record_name`: the folder of `workdir` the recorder writes to, another
     one for a second run in the same folder, such as a resumed run)."""
-    source = (FIXTURES / fixture).read_text()
     link_into(standins, workdir)
-    script_dir = workdir / "script"
-    script_dir.mkdir(parents=True, exist_ok=True)
-    script = script_dir / fixture
-    script.write_text(source if framework == "accelerate" else rename_imports(source))
+    script = write_scripts(fixture, framework, workdir / "script")
     record = workdir / record_name
     record.mkdir(exist_ok=True)
     env = _environment(record, seed, paths)

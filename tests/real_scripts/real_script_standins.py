@@ -13,7 +13,9 @@ network and no change to the script:
 - `tiny-clm/`: the same tokenizer and a 2-layer GPT-2 of width 32, with `clm_train.txt` and
   `clm_validation.txt` for the causal-LM script;
 - `unet-config/` and `images/`: a 2-block UNet2DModel configuration and 12 18x20 PNGs for the
-  diffusers script.
+  diffusers script;
+- `tiny-llama/` (the same tokenizer and a 2-layer Llama of width 32, 4 heads, 2 key-value heads) and
+  `roneneldan/TinyStories/train.jsonl` (200 lines of text) for Accelerate's nd_parallel.py.
 
 Beside them, `standin_torchvision/` replaces a library rather than a hub name: torchvision, whose
 wheels must match the installed torch build exactly, so that it often cannot be installed (see its
@@ -114,11 +116,31 @@ def build_diffusers(root: Path) -> None:
         Image.fromarray(rng.integers(0, 256, (18, 20, 3), dtype=np.uint8)).save(images / f"{index:02d}.png")
 
 
+def build_llama(root: Path) -> None:
+    """tiny-llama/ (tokenizer and Llama weights) and roneneldan/TinyStories/train.jsonl under `root`."""
+    import json
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _tokenizer(root / "tiny-llama")
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=64)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(root / "tiny-llama")
+    data = root / "roneneldan" / "TinyStories"
+    data.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(2)
+    lines = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) for _ in range(200))
+    (data / "train.jsonl").write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+
+
 def build_all(root: Path) -> Path:
     """Every stand-in under `root` (returned)."""
     build_glue(root)
     build_clm(root)
     build_diffusers(root)
+    build_llama(root)
     return root
 
 

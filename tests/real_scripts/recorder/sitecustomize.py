@@ -55,6 +55,7 @@ if os.environ.get("REAL_SCRIPTS_RECORD"):
     def _digest(optimizer: torch.optim.Optimizer) -> str:
         digest = hashlib.sha256()
         for p in _parameters(optimizer):
+            p = p.to_local() if hasattr(p, "to_local") else p  # a DTensor (FSDP2, TP): this rank's shard
             digest.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
@@ -81,7 +82,7 @@ if os.environ.get("REAL_SCRIPTS_RECORD"):
     def _save_last_parameters() -> None:
         optimizer = _last[0]() if _last else None
         if optimizer is not None:
-            tensors = [p.detach().cpu().clone() for p in _parameters(optimizer)]
+            tensors = [(p.to_local() if hasattr(p, "to_local") else p).detach().cpu().clone() for p in _parameters(optimizer)]
             torch.save(tensors, os.path.join(_FOLDER, f"rank{_RANK}.pt"))
 
 if os.environ.get("REAL_SCRIPTS_SEED"):
