@@ -33,8 +33,8 @@ from accel.parallel.names import MESH_ORDER
 CP_REASON = (
     "context parallelism (cp_size > 1) is not provided by accel: torch's context_parallel shards the sequence of "
     "scaled_dot_product_attention and runs ring attention only on its CUDA flash/efficient attention kernels, so it "
-    "can neither run on CPU processes nor be tested with gloo; accel runs no layout it cannot test. Use cp_size=1 "
-    "(shard the model with dp_shard_size and tensor-parallel it with tp_size), or Accelerate for context parallelism"
+    "can neither run on CPU processes nor be tested with gloo; accel runs no layout it cannot test. Use sp_size "
+    "instead (sequence parallelism: it splits the sequence too, on any device; docs/long-context.md), or cp_size=1"
 )
 SP_REASON = (
     "sp_backend='deepspeed' is DeepSpeed's Ulysses, which runs inside DeepSpeed's engine with its own process groups; "

@@ -41,3 +41,14 @@ def test_the_split_sequence_trains_as_one_process(reference: list[float], sp_siz
     places = processes // sp_size
     assert done.of("shapes")[0] == [[4 // places, 16]]  # 31 positions padded to 32, half on each sp rank
     assert done.of("keys")[0] == ["input_ids", "position_ids", "shift_labels"]
+
+
+def test_each_slices_logits_are_the_whole_sequences_at_its_positions() -> None:
+    """The forward alone: each rank's logits equal one process's at the rank's positions, and the loss of the split
+    sequence is the whole sequence's (0.0 apart on this machine's Xeon; other CPUs may block the matmuls of the
+    shorter slices differently, hence the float tolerance)."""
+    done = launch(str(HERE / "sequence_logits_script.py"), processes=2, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert max(done.of("logits_difference")) <= 1e-5
+    for split, whole in done.of("losses"):
+        assert split == pytest.approx(whole, rel=1e-6)
