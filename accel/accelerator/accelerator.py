@@ -184,6 +184,12 @@ class Accelerator(
             blocks (its `_no_split_modules`, else its `nn.ModuleList` of identical blocks); a list
             of class names, or one comma-separated str: those blocks. None:
             `ACCEL_ACTIVATION_CHECKPOINTING`, else False.
+        activation_checkpointing_policy: accel's own: how the checkpointed blocks recompute. "full"
+            (the default): every activation of a block; "selective": the outputs of matrix products
+            (but every second one), attention and collectives are kept, the rest recomputed
+            (torchtitan's policy); a number from 0 to 1: a memory budget, the fraction of the blocks
+            left unchecked (evenly spread). Needs `activation_checkpointing`. None:
+            `ACCEL_ACTIVATION_CHECKPOINTING_POLICY`, else "full" (docs/long-context.md).
 
     Example:
         ```python
@@ -232,6 +238,7 @@ class Accelerator(
         parallelism_config: ParallelismConfig | None = None,
         torch_tp_plugin: TorchTensorParallelPlugin | None = None,
         activation_checkpointing: bool | str | Sequence[str] | None = None,
+        activation_checkpointing_policy: str | float | None = None,
     ) -> None:
         """Build the Accelerator: each keyword is described under Args in the class docstring, and checked here."""
         check_environment()
@@ -282,6 +289,10 @@ class Accelerator(
             ACTIVATION_CHECKPOINTING, activation_checkpointing, lambda arg, v: ACTIVATION_CHECKPOINTING.check(v, arg)
         )
         """Blocks whose activations prepare() has recomputed in backward: False, True (found) or class names."""
+        self.activation_checkpointing_policy: str | float = options.checkpoint_policy(
+            activation_checkpointing_policy, self.activation_checkpointing
+        )
+        """How those blocks recompute: "full", "selective" or a memory budget (accel.training.selective)."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)
         """torch.compile's options in force (backend 'no': prepare compiles nothing; docs/compile.md)."""
         self.state = AcceleratorState.of(

@@ -16,7 +16,7 @@ from accel.backends.registry import create_backend
 from accel.data.configuration import DataLoaderConfiguration
 from accel.fsdp import environment as fsdp_environment
 from accel.kwargs_handlers import BitsandbytesKwargs, FP8RecipeKwargs, Handlers
-from accel.settings import SCHEDULER_PER_OPTIMIZER_STEP, Setting
+from accel.settings import ACTIVATION_CHECKPOINTING_POLICY, SCHEDULER_PER_OPTIMIZER_STEP, Setting
 from accel.settings.handlers import bnb_options_from_env, fp8_recipe_from_env
 from accel.training.accumulation import GradientAccumulationPlugin
 
@@ -222,3 +222,17 @@ def precision_backend(
 
     return backend(deepspeed, name, device, handlers, quantized=handlers.has(BitsandbytesKwargs),
                    parallelism=parallelism, dynamo_backend=dynamo_backend)
+
+
+def checkpoint_policy(value: Any, blocks: bool | tuple[str, ...]) -> str | float:
+    """`activation_checkpointing_policy` (keyword, else ACCEL_ACTIVATION_CHECKPOINTING_POLICY, else "full"), refused
+    when it would change nothing: another policy than "full" without `activation_checkpointing` to apply it to."""
+    policy = setting(ACTIVATION_CHECKPOINTING_POLICY, value, lambda arg, v: ACTIVATION_CHECKPOINTING_POLICY.check(v, arg))
+    if policy != "full" and blocks is False:
+        raise ValueError(
+            f"activation_checkpointing_policy={policy!r} says how checkpointed blocks recompute, and "
+            "activation_checkpointing is off, so it would change nothing. Give activation_checkpointing=True (or the "
+            "blocks' class names) as well (FSDP's fsdp_activation_checkpointing always checkpoints fully)."
+        )
+    return policy
+

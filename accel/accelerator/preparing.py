@@ -49,6 +49,7 @@ class PrepareMixin:
     quantizer: Quantizer | None
     strategy: ParallelStrategy
     sequence_parallel: SequenceParallel | None
+    activation_checkpointing_policy: str | float
     prepared: PreparedObjects
     process_state: ProcessState
     state: AcceleratorState
@@ -157,7 +158,8 @@ class PrepareMixin:
         if self.sequence_parallel is not None:  # attention over the sequence ranks, the whole sequence's loss
             self.sequence_parallel.prepare_model(model)
         if not evaluation_mode:
-            checkpoint_blocks(model, self.activation_checkpointing)  # before FSDP's units and compiling, as Accelerate
+            # before FSDP's units and compiling, as Accelerate
+            checkpoint_blocks(model, self.activation_checkpointing, self.activation_checkpointing_policy)
             model = self.strategy.wrap_model(model, names, self.prepared.optimizers)
         model = compiling.compile_model(model, self.dynamo_plugin)  # last, over DDP, as Accelerate
         if self.throughput_monitor is not None and not evaluation_mode:

@@ -55,7 +55,7 @@ def prepare_objects(
         num_processes=state.num_processes, model=model, optimizer=optimizer, scheduler=scheduler,
         split_batches=accelerator.split_batches,
     )
-    checkpoint_blocks(model, accelerator.activation_checkpointing)
+    checkpoint_blocks(model, accelerator.activation_checkpointing, accelerator.activation_checkpointing_policy)
     engine, ds_optimizer, ds_scheduler = _initialize(model, optimizer, scheduler, config, state.device)
     strategy.config = config
     result[models[0]] = engine

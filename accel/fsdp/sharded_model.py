@@ -62,7 +62,7 @@ def gather_when_saved(model: nn.Module) -> None:
             kwargs["state_dict"] = full_state_dict(model)
         return original(*args, **kwargs)
 
-    model.save_pretrained = save_pretrained
+    model.__dict__["save_pretrained"] = save_pretrained  # an instance attribute, as a bound method would be
 
 
 def clip_grad_norm_(

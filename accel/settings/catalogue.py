@@ -52,6 +52,7 @@ from accel.settings.deepspeed_names import USE_HELP as DEEPSPEED_USE_HELP
 from accel.settings.kinds import (  # re-exported: the kinds are part of the schema's vocabulary
     BlocksKind,
     BoolKind,
+    CheckpointPolicyKind,
     ChoiceKind,
     DtypeKind,
     FloatKind,
@@ -135,12 +136,19 @@ ACTIVATION_CHECKPOINTING = Setting(
     help="recompute each block's activations in backward instead of keeping them: true (the model's repeated blocks) "
     "or the blocks' class names",
 )
+ACTIVATION_CHECKPOINTING_POLICY = Setting(
+    "activation_checkpointing_policy", CheckpointPolicyKind(), "full", keyword="activation_checkpointing_policy",
+    help="how the checkpointed blocks recompute: full (every activation), selective (keep matmul, attention and "
+    "communication outputs but every second matmul: torchtitan's policy) or a memory budget 0..1 (the fraction of "
+    "blocks left unchecked); docs/long-context.md",
+)
 LOG_THROUGHPUT = Setting("log_throughput", BoolKind(), None, help="measure samples/s, tokens/s, step time and MFU and "
                          "log them with accelerator.log (ThroughputKwargs in the script sets the details; docs/tracking.md)")
 SPIKE_DETECTION = Setting("spike_detection", ChoiceKind(SPIKE_ACTIONS, optional=True), None, help="on a loss spike: "
                           "log it, save a checkpoint first (checkpoint) or stop the run (SpikeDetectionKwargs sets the rule)")
 ACCELERATOR_SETTINGS = (
     MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
+    ACTIVATION_CHECKPOINTING_POLICY,
 )
 """Settings the Accelerator reads (keyword, else ACCEL_<NAME>, else default)."""
 LAUNCHER_SETTINGS = (
@@ -151,7 +159,8 @@ LAUNCHER_SETTINGS = (
 TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, STALL_REPORT_AFTER,
-    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, LOG_THROUGHPUT, SPIKE_DETECTION, ASYNC_SAVE,
+    SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, ACTIVATION_CHECKPOINTING_POLICY, LOG_THROUGHPUT,
+    SPIKE_DETECTION, ASYNC_SAVE,
     *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""

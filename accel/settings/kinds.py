@@ -292,3 +292,26 @@ class BlocksKind(Kind):
 
     def format(self, value: Any) -> str:
         return ("true" if value else "false") if isinstance(value, bool) else ",".join(value)
+
+
+class CheckpointPolicyKind(Kind):
+    """How blocks are checkpointed: "full", "selective", or a memory budget: a number from 0 to 1 (the fraction of
+    the blocks whose activations are kept; 0 is "full")."""
+
+    accepted = "full, selective, or a memory budget from 0 to 1 (such as 0.5)"
+
+    def check(self, value: Any, source: str) -> str | float:
+        if isinstance(value, str) and value.strip().lower() in ("full", "selective"):
+            return value.strip().lower()
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise _rejected(source, value, self.accepted)
+        return float(value)
+
+    def from_text(self, text: str, source: str) -> str | float:
+        try:
+            return self.check(float(text), source)
+        except ValueError:
+            return self.check(text, source)
+
+    def format(self, value: Any) -> str:
+        return value if isinstance(value, str) else f"{value:g}"

@@ -15,7 +15,8 @@ torch's composable `checkpoint` keeps each module where it is (parameter names, 
 FSDP units do not change) and, in backward, recomputes the module's forward (with the RNG state of
 the first run, so dropout draws the same) instead of keeping its intermediate activations.
 `offload_saved_inputs` (FSDP's `fsdp_activation_checkpointing_offload`) moves what is still kept, each
-checkpointed module's inputs, to CPU memory until backward.
+checkpointed module's inputs, to CPU memory until backward. Selective checkpointing and the memory budget
+(`activation_checkpointing_policy`) are accel.training.selective's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch
 from torch import nn
 from torch.distributed._composable import checkpoint
 from torch.distributed._composable.contract import _get_registry
+
+from accel.training.selective import selective_context, within_budget
 
 _OFFLOADED = "_accel_offloads_saved_inputs"
 
@@ -106,19 +109,21 @@ def is_checkpointed(module: nn.Module) -> bool:
     return "checkpoint" in (_get_registry(module) or {})
 
 
-def checkpoint_modules(modules: Sequence[nn.Module]) -> None:
+def checkpoint_modules(modules: Sequence[nn.Module], selective: bool = False) -> None:
     """Recompute each module's activations in backward instead of keeping them; in place, names unchanged.
 
-    A module already checkpointed (by the Accelerator's option and FSDP's both) is left as it is.
+    A module already checkpointed (by the Accelerator's option and FSDP's both) is left as it is. `selective`:
+    keep the outputs of the expensive ops and recompute the rest (accel.training.selective).
 
     >>> block = nn.Linear(4, 4)
     >>> checkpoint_modules([block, block])
     >>> is_checkpointed(block)
     True
     """
+    options = {"context_fn": selective_context} if selective else {}
     for module in modules:
         if not is_checkpointed(module):
-            checkpoint(module)
+            checkpoint(module, **options)
 
 
 def offload_saved_inputs(modules: Sequence[nn.Module], pin_memory: bool) -> None:
@@ -165,10 +170,12 @@ def _offload(module: nn.Module, pin_memory: bool) -> None:
     module.register_forward_hook(leave, always_call=True)  # after the checkpoint's (it prepended its own)
 
 
-def checkpoint_blocks(model: nn.Module, blocks: bool | Sequence[str]) -> list[nn.Module]:
-    """Checkpoint `model`'s blocks as `Accelerator(activation_checkpointing=blocks)` says; the blocks checkpointed.
+def checkpoint_blocks(model: nn.Module, blocks: bool | Sequence[str], policy: str | float = "full") -> list[nn.Module]:
+    """Checkpoint `model`'s blocks as `Accelerator(activation_checkpointing=blocks,
+    activation_checkpointing_policy=policy)` says; the blocks checkpointed.
 
-    `blocks`: False (none), True (found by `find_blocks`), or the blocks' class names.
+    `blocks`: False (none), True (found by `find_blocks`), or the blocks' class names. `policy`: "full",
+    "selective" or a memory budget from 0 to 1 (accel.training.selective).
 
     >>> net = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)]))
     >>> len(checkpoint_blocks(net, True))
@@ -178,5 +185,7 @@ def checkpoint_blocks(model: nn.Module, blocks: bool | Sequence[str]) -> list[nn
         return []
     names = None if blocks is True else list(blocks)
     found = find_blocks(model, names, f"activation_checkpointing={blocks!r}")
-    checkpoint_modules(found)
+    if not isinstance(policy, str):
+        found = within_budget(found, policy)
+    checkpoint_modules(found, selective=policy == "selective")
     return found

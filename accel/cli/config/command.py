@@ -18,6 +18,7 @@ from accel.cli.errors import CANCELLED, CliError, say, warn
 from accel.cli.launch.plan import refuse_fsdp_flags, refuse_recipe_flags
 from accel.settings import (
     ACTIVATION_CHECKPOINTING,
+    ACTIVATION_CHECKPOINTING_POLICY,
     ALL_SETTINGS,
     ASYNC_SAVE,
     BNB_SETTINGS,
@@ -55,7 +56,8 @@ def add_parser(subparsers: Any) -> None:
     default.set_defaults(handler=run_default, command=DEFAULT_COMMAND)
 
 
-SET_IN_SCRIPTS = (GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, ASYNC_SAVE)
+SET_IN_SCRIPTS = (GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
+                  ACTIVATION_CHECKPOINTING_POLICY, ASYNC_SAVE)
 """Settings a script also gives in its code (Accelerator and ProjectConfiguration keywords): their defaults are not
 written, since a key in the file reaches the script as ACCEL_* and a different value in the code then warns on every
 process. An absent key means the same default."""
