@@ -1,8 +1,10 @@
-"""The Accelerator's run monitors: throughput/MFU and loss spikes (accel.monitoring), built when asked for.
+"""The Accelerator's run monitors: throughput/MFU, loss spikes and the out-of-memory snapshot (accel.monitoring),
+built when asked for.
 
 Asked for with ThroughputKwargs / SpikeDetectionKwargs in `kwarg_handlers`, or with the settings
-log_throughput / spike_detection (config key, `accel launch` flag, ACCEL_ variable), which use the
-handlers' defaults. Off, nothing is hooked: `throughput_monitor` and `spike_detector` are None.
+log_throughput / spike_detection / memory_snapshot_on_oom (config key, `accel launch` flag, ACCEL_
+variable), which use the handlers' defaults. Off, nothing is hooked: `throughput_monitor`,
+`spike_detector` and `memory_snapshot` are None.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from accel.kwargs_handlers import Handlers
 from accel.kwargs_handlers.monitoring import SpikeDetectionKwargs, ThroughputKwargs
 from accel.monitoring import LossSpikeError, Spike, SpikeDetector, ThroughputMonitor
 from accel.monitoring.spikes import logger
-from accel.settings import LOG_THROUGHPUT, SPIKE_DETECTION
+
+if TYPE_CHECKING:
+    from accel.monitoring.memory_snapshot import OutOfMemorySnapshot
+from accel.settings import LOG_THROUGHPUT, MEMORY_SNAPSHOT_ON_OOM, SPIKE_DETECTION
 
 
 class MonitoringMixin:
@@ -41,6 +46,13 @@ class MonitoringMixin:
         """Measures throughput and MFU (ThroughputKwargs or log_throughput), else None."""
         self.spike_detector: SpikeDetector | None = None
         """Watches the loss given to backward (SpikeDetectionKwargs or spike_detection), else None."""
+        self.memory_snapshot: OutOfMemorySnapshot | None = None
+        """With memory_snapshot_on_oom on a CUDA run: what writes the allocator's snapshot when memory runs out."""
+        if MEMORY_SNAPSHOT_ON_OOM.from_env():
+            from accel.monitoring.memory_snapshot import start_snapshots
+
+            self.memory_snapshot = start_snapshots(self.project_dir, self.process_state.process_index,
+                                                   self.process_state.device)
         if self.handlers.has(ThroughputKwargs) or LOG_THROUGHPUT.from_env():
             self.throughput_monitor = ThroughputMonitor(
                 self.handlers.get(ThroughputKwargs), self.process_state.device, self.precision.compute_dtype,

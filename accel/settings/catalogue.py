@@ -146,6 +146,10 @@ LOG_THROUGHPUT = Setting("log_throughput", BoolKind(), None, help="measure sampl
                          "log them with accelerator.log (ThroughputKwargs in the script sets the details; docs/tracking.md)")
 SPIKE_DETECTION = Setting("spike_detection", ChoiceKind(SPIKE_ACTIONS, optional=True), None, help="on a loss spike: "
                           "log it, save a checkpoint first (checkpoint) or stop the run (SpikeDetectionKwargs sets the rule)")
+MEMORY_SNAPSHOT_ON_OOM = Setting(
+    "memory_snapshot_on_oom", BoolKind(), None, help="on CUDA: record the allocator's history and, when a process runs "
+    "out of GPU memory, write memory_snapshots/oom-rank<R>.pickle and name it in the error (docs/memory.md)",
+)
 ACCELERATOR_SETTINGS = (
     MIXED_PRECISION, USE_CPU, GRADIENT_ACCUMULATION_STEPS, SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING,
     ACTIVATION_CHECKPOINTING_POLICY,
@@ -160,7 +164,7 @@ TOP_LEVEL_SETTINGS = (
     MIXED_PRECISION, NUM_PROCESSES, NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, MAIN_PROCESS_PORT,
     USE_CPU, GPU_IDS, GRADIENT_ACCUMULATION_STEPS, COLLECTIVE_TIMEOUT, RANK_EXIT_GRACE, STALL_REPORT_AFTER,
     SCHEDULER_PER_OPTIMIZER_STEP, ACTIVATION_CHECKPOINTING, ACTIVATION_CHECKPOINTING_POLICY, LOG_THROUGHPUT,
-    SPIKE_DETECTION, ASYNC_SAVE,
+    SPIKE_DETECTION, MEMORY_SNAPSHOT_ON_OOM, ASYNC_SAVE,
     *ELASTIC_SETTINGS,
 )
 """Top-level keys of config.yaml, in the order they are written."""

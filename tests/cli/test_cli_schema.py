@@ -24,7 +24,7 @@ SAMPLE_VALUES = {
     "main_process_ip": "10.0.0.1", "main_process_port": 29501, "use_cpu": True, "gpu_ids": "0,1",
     "gradient_accumulation_steps": 3, "collective_timeout": 90, "rank_exit_grace": 5, "stall_report_after": 20,
     "scheduler_per_optimizer_step": True, "activation_checkpointing": ("Block", "DecoderLayer"), "async_save": True,
-    "activation_checkpointing_policy": 0.5,
+    "activation_checkpointing_policy": 0.5, "memory_snapshot_on_oom": True,
     "max_restarts": 2, "monitor_interval": 0.5, "rdzv_backend": "c10d", "rdzv_endpoint": "10.0.0.1:29400",
     "rdzv_timeout": 30, "min_machines": 1, "log_throughput": True, "spike_detection": "checkpoint",
     "fp8_backend": "native", "fp8_format": "E4M3", "fp8_margin": 2,
@@ -53,7 +53,8 @@ def test_top_level_names_are_the_documented_keys() -> None:
         "mixed_precision", "num_processes", "num_machines", "machine_rank", "main_process_ip",
         "main_process_port", "use_cpu", "gpu_ids", "gradient_accumulation_steps", "collective_timeout",
         "rank_exit_grace", "stall_report_after", "scheduler_per_optimizer_step", "activation_checkpointing",
-        "activation_checkpointing_policy", "log_throughput", "spike_detection", "async_save", "max_restarts",
+        "activation_checkpointing_policy", "log_throughput", "spike_detection", "memory_snapshot_on_oom", "async_save",
+        "max_restarts",
         "monitor_interval", "rdzv_backend", "rdzv_endpoint", "rdzv_timeout", "min_machines",
     ]
 
