@@ -280,6 +280,8 @@ class Accelerator(
         """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
         self.sequence_parallel = layout.sequence_parallel(self.parallelism_config, self.torch_device_mesh)
         """With sp_size > 1: what splits each prepared model's sequences over the "sp" ranks (accel.parallel.sequence)."""
+        self.context_parallel = layout.context_parallel(self.parallelism_config, self.torch_device_mesh)
+        """With cp_size > 1 (CUDA): torch's context parallelism over the "cp" ranks (accel.parallel.context)."""
         self.strategy: ParallelStrategy = create_strategy(
             self.fsdp_plugin, self.process_state, self.precision, self.handlers, self.parallelism_config,
             self.torch_device_mesh, self.deepspeed_plugin,

@@ -1,5 +1,5 @@
 """Accelerate's views of the device mesh on the Accelerator: this process's rank in each dimension, and
-`maybe_context_parallel`, the region a context-parallel step runs in."""
+`maybe_context_parallel`, the region a context-parallel step runs in (accel.parallel.context)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ class ParallelViewsMixin:
     parallelism_config: Any
     torch_device_mesh: Any
     strategy: Any
+    context_parallel: Any
 
     @property
     def deepspeed_engine_wrapped(self) -> Any:
@@ -54,16 +55,16 @@ class ParallelViewsMixin:
     def maybe_context_parallel(
         self, buffers: Any = None, buffer_seq_dims: Any = None, no_restore_buffers: Any = None
     ) -> Iterator[None]:
-        """The region one context-parallel training step runs in (Accelerate's method): with `cp_size` > 1,
-        Accelerate shards `buffers` along their sequence dimension inside it. Context parallelism never runs
-        under accel (`ParallelismConfig(cp_size > 1)` is refused at construction, saying why), so the region
-        changes nothing: a script that enters it every step, as Accelerate's long-context examples do, runs
-        unchanged with `cp_size` 1 (where Accelerate logs that it has no effect).
+        """The region one context-parallel training step runs in (Accelerate's method). With `cp_size` > 1 (CUDA
+        only: refused elsewhere when the Accelerator is built), torch's `context_parallel` shards `buffers` along
+        their sequence dimension over the cp ranks inside it and runs attention as ring attention
+        (accel.parallel.context); with `cp_size` 1 it changes nothing, so a script that enters it every step, as
+        Accelerate's long-context examples do, runs unchanged (where Accelerate logs that it has no effect).
 
         Args:
-            buffers: The tensors Accelerate would shard along the sequence (inputs, labels, position ids).
+            buffers: The tensors to shard along the sequence (inputs, labels, position ids); changed in place.
             buffer_seq_dims: The sequence dimension of each buffer.
-            no_restore_buffers: The buffers Accelerate would leave sharded on leaving the region.
+            no_restore_buffers: The buffers left sharded on leaving the region (the others are put back whole).
 
         Example:
             ```python
@@ -72,4 +73,8 @@ class ParallelViewsMixin:
                 accelerator.backward(loss)
             ```
         """
-        yield
+        if self.context_parallel is None:
+            yield
+            return
+        with self.context_parallel.region(buffers, buffer_seq_dims, no_restore_buffers):
+            yield

@@ -34,6 +34,7 @@ from accel.training.prepared import PreparedObjects
 from accel.training.scheduler import AcceleratedScheduler
 
 if TYPE_CHECKING:
+    from accel.parallel.context import ContextParallel
     from accel.parallel.sequence.ulysses import SequenceParallel
 
     class _Preparer(Protocol):
@@ -49,6 +50,7 @@ class PrepareMixin:
     quantizer: Quantizer | None
     strategy: ParallelStrategy
     sequence_parallel: SequenceParallel | None
+    context_parallel: ContextParallel | None
     activation_checkpointing_policy: str | float
     prepared: PreparedObjects
     process_state: ProcessState
@@ -157,6 +159,8 @@ class PrepareMixin:
         )
         if self.sequence_parallel is not None:  # attention over the sequence ranks, the whole sequence's loss
             self.sequence_parallel.prepare_model(model)
+        if self.context_parallel is not None:  # self-attention causal by flag, as ring attention needs
+            self.context_parallel.prepare_model(model)
         if not evaluation_mode:
             # before FSDP's units and compiling, as Accelerate
             checkpoint_blocks(model, self.activation_checkpointing, self.activation_checkpointing_policy)

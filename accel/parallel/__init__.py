@@ -20,8 +20,9 @@ The modules, by job:
   config an Accelerator runs with: keyword, environment or FSDP's HYBRID_SHARD, checked against the world
   size and the FSDP plugin), mesh.py (the torch DeviceMesh with Accelerate's dimension names and
   flattened dimensions);
-* sequence parallelism: sequence/ (Ulysses, sp_backend "torch": each sequence split over the "sp" ranks, an
-  all-to-all of attention heads around transformers' attention; its own package map);
+* long sequences: sequence/ (Ulysses, sp_backend "torch": each sequence split over the "sp" ranks, an
+  all-to-all of attention heads around transformers' attention; its own package map), context.py (torch's
+  context parallelism over the "cp" ranks, CUDA only; the refusal of windowed layers both share);
 * tensor parallelism itself: tensor_plan.py (which layers are split, and how: the plan resolved and
   checked), tensor_parallel.py (splitting a model over the "tp" dimension, and what training needs of it
   afterwards).

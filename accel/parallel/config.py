@@ -5,8 +5,9 @@ Accelerate's dimension names (dp_replicate, dp_shard, cp, sp, tp, outermost firs
 dimension) and its flattened ones (dp, dp_shard_cp, dp_cp). With FSDP2, dp_shard_size > 1 shards
 the model; dp_replicate_size > 1 as well gives HSDP (each shard group's model replicated across
 groups). tp_size > 1 splits layers over the tp dimension. sp_size > 1 splits each sequence over the sp
-dimension (Ulysses: sp_backend "torch", accel.parallel.sequence; docs/long-context.md). Context parallelism
-(cp_size > 1) and DeepSpeed's Ulysses (sp_backend "deepspeed") are refused here, at construction, with the reason.
+dimension (Ulysses: sp_backend "torch", accel.parallel.sequence; docs/long-context.md). cp_size > 1 is torch's
+context parallelism (accel.parallel.context), on CUDA only: refused elsewhere when the Accelerator is built.
+DeepSpeed's Ulysses (sp_backend "deepspeed") is refused here, at construction, with the reason.
 
 A size left as None is read from ACCEL_PARALLELISM_CONFIG_<FIELD> (set by `accel launch`), else
 Accelerate's PARALLELISM_CONFIG_<FIELD> (set by `accelerate launch`), else 1, as Accelerate's does.
@@ -31,10 +32,10 @@ from accel._validation import check_choice, check_int
 from accel.parallel.names import MESH_ORDER
 
 CP_REASON = (
-    "context parallelism (cp_size > 1) is not provided by accel: torch's context_parallel shards the sequence of "
-    "scaled_dot_product_attention and runs ring attention only on its CUDA flash/efficient attention kernels, so it "
-    "can neither run on CPU processes nor be tested with gloo; accel runs no layout it cannot test. Use sp_size "
-    "instead (sequence parallelism: it splits the sequence too, on any device; docs/long-context.md), or cp_size=1"
+    "context parallelism (cp_size > 1) runs on CUDA only: torch's context_parallel shards the sequence of "
+    "scaled_dot_product_attention and runs ring attention only on its CUDA flash/efficient attention kernels (torch "
+    "has no sharding rule for the CPU kernel). Use sp_size instead (sequence parallelism: it splits the sequence too, "
+    "on any device; docs/long-context.md), or cp_size=1"
 )
 SP_REASON = (
     "sp_backend='deepspeed' is DeepSpeed's Ulysses, which runs inside DeepSpeed's engine with its own process groups; "
@@ -60,7 +61,7 @@ class ParallelismConfig:
     tp_size: int | None = None
     """Processes over which tensor parallelism splits each layer (they see the same batch)."""
     cp_size: int | None = None
-    """Context parallelism: 1 only (CP_REASON)."""
+    """Processes over which torch's context_parallel splits each sequence (ring attention; CUDA only: CP_REASON)."""
     cp_backend: str | None = None
     """Accelerate's context-parallel backend: 'torch' only."""
     sp_size: int | None = None
@@ -70,7 +71,7 @@ class ParallelismConfig:
     tp_handler: Any = None
     """A TorchTensorParallelConfig (options of tensor parallelism: accel's `plan`), or None for its defaults."""
     cp_handler: Any = None
-    """Accelerate's TorchContextParallelConfig; must be None (context parallelism is refused)."""
+    """A TorchContextParallelConfig (cp_comm_strategy), or None for its defaults; only with cp_size > 1."""
     sp_handler: Any = None
     """Accelerate's DeepSpeedSequenceParallelConfig, for sp_backend 'deepspeed' only; must be None."""
 
@@ -112,9 +113,19 @@ class ParallelismConfig:
             )
 
     def _refuse_unprovided(self) -> None:
-        """cp_size > 1 and sp_size > 1 (and their handlers) cannot run here: NotImplementedError with the reason."""
-        if self.sizes["cp"] > 1 or self.cp_handler is not None:
-            raise NotImplementedError(f"ParallelismConfig(cp_size={self.cp_size}, cp_handler={self.cp_handler!r}): {CP_REASON}.")
+        """DeepSpeed's sequence parallelism cannot run here (NotImplementedError with the reason); the handlers must
+        be their own kind and have a size to configure; cp and sp cannot both split the sequence."""
+        if self.cp_handler is not None:
+            from accel.kwargs_handlers.context_parallel import TorchContextParallelConfig
+
+            if not isinstance(self.cp_handler, TorchContextParallelConfig) or self.sizes["cp"] == 1:
+                raise ValueError(
+                    f"ParallelismConfig(cp_handler={self.cp_handler!r}, cp_size={self.cp_size}): give a "
+                    "TorchContextParallelConfig (from accel.utils import TorchContextParallelConfig) with cp_size > 1."
+                )
+        if self.sizes["cp"] > 1 and self.sizes["sp"] > 1:
+            raise ValueError(f"ParallelismConfig(cp_size={self.cp_size}, sp_size={self.sp_size}): context and sequence "
+                             "parallelism both split the sequence; give one of them (sp_size runs on any device).")
         if self.sp_backend == "deepspeed" and self.sizes["sp"] > 1 or self.sp_handler is not None:
             raise NotImplementedError(f"ParallelismConfig(sp_size={self.sp_size}, sp_backend={self.sp_backend!r}, "
                                       f"sp_handler={self.sp_handler!r}): {SP_REASON}.")
@@ -157,7 +168,7 @@ class ParallelismConfig:
 
     @property
     def cp_enabled(self) -> bool:
-        """True when cp_size > 1 (context parallelism, which accel refuses at construction: always False)."""
+        """True when cp_size > 1: torch's context parallelism over the cp dimension (CUDA only)."""
         return self.sizes["cp"] > 1
 
     @property

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from accel.distributed.process_state import ProcessState
-from accel.parallel.config import ParallelismConfig, check_world
+from accel.parallel.config import CP_REASON, ParallelismConfig, check_world
 from accel.parallel.mesh import build_device_mesh, data_parallel_place
 from accel.settings import PARALLELISM_SETTINGS
 
@@ -68,6 +68,7 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
     if config is None:
         return None
     world, fsdp = process_state.num_processes, fsdp_plugin is not None
+    _check_context_parallel(config, process_state, fsdp)
     config = _data_parallel_filled(config, world, fsdp)
     names = ("dp_replicate_size", "dp_shard_size", "tp_size", "sp_size")
     sizes = {name: config.sizes[name.removesuffix("_size")] for name in names}
@@ -83,6 +84,18 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
     return config
 
 
+def _check_context_parallel(config: ParallelismConfig, process_state: ProcessState, fsdp: bool) -> None:
+    """cp_size > 1 runs on CUDA, within FSDP2 (as in Accelerate): refused otherwise, naming what runs instead."""
+    if not config.cp_enabled:
+        return
+    where = f"Accelerator(parallelism_config={config!r})"
+    if process_state.device.type != "cuda":
+        raise NotImplementedError(f"{where} on {process_state.device}: {CP_REASON}.")
+    if not fsdp:
+        raise ValueError(f"{where}: cp_size shards the sequence within FSDP2 (the model is sharded over dp_shard and cp "
+                         "together, as in Accelerate); pass fsdp_plugin=FullyShardedDataParallelPlugin() (--use_fsdp).")
+
+
 def _data_parallel_filled(config: ParallelismConfig, world: int, fsdp: bool) -> ParallelismConfig:
     """With sp_size > 1 and no data-parallel size given, the rest of the world is data parallel (as DeepSpeed's
     Ulysses overlays it): ParallelismConfig(sp_size=2) on 4 processes is 2 data-parallel places of 2 sequence
@@ -92,6 +105,15 @@ def _data_parallel_filled(config: ParallelismConfig, world: int, fsdp: bool) -> 
     if sizes["sp"] == 1 or sizes["dp_replicate"] * sizes["dp_shard"] > 1 or remainder or rest == 1:
         return config
     return config.with_sizes(**{"dp_shard_size" if fsdp else "dp_replicate_size": rest})
+
+
+def context_parallel(config: ParallelismConfig | None, mesh: Any) -> Any:
+    """The ContextParallel of the mesh's "cp" dimension (accel.parallel.context), or None when cp_size is 1."""
+    if config is None or not config.cp_enabled:
+        return None
+    from accel.parallel.context import ContextParallel
+
+    return ContextParallel(mesh, config.cp_handler)
 
 
 def sequence_parallel(config: ParallelismConfig | None, mesh: Any) -> Any:

@@ -277,7 +277,8 @@ BNB_SETTINGS = _bnb_settings()
 BNB_SETTINGS_BY_KEY = {setting.yaml_key: setting for setting in BNB_SETTINGS}
 _PARALLELISM_SIZES = {
     "dp_replicate_size": "replicas of the (sharded) model", "dp_shard_size": "processes FSDP2 shards over (use_fsdp)",
-    "tp_size": "processes splitting each layer (tensor parallel)", "cp_size": "context parallel: 1 only (docs/distributed.md)",
+    "tp_size": "processes splitting each layer (tensor parallel)",
+    "cp_size": "processes splitting each sequence with ring attention (CUDA only; docs/long-context.md)",
     "sp_size": "processes splitting each sequence (Ulysses; docs/long-context.md)",
 }
 PARALLELISM_SIZE_SETTINGS = tuple(

@@ -35,6 +35,7 @@ from accel.deepspeed import (
     DummyScheduler,
 )
 from accel.fsdp import FullyShardedDataParallelPlugin
+from accel.kwargs_handlers.context_parallel import TorchContextParallelConfig
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
 from accel.parallel.config import ParallelismConfig
 from accel.training.out_of_memory import (
@@ -183,6 +184,7 @@ __all__ = [
     "ProjectConfiguration",
     "TERecipeKwargs",
     "TorchDynamoPlugin",
+    "TorchContextParallelConfig",
     "TorchTensorParallelConfig",
     "TorchTensorParallelPlugin",
     "broadcast",
@@ -288,8 +290,6 @@ _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
 _DEEPSPEED = ("DeepSpeed's sequence parallelism, parameter gathering, transformers' ZeRO 3 init hook and several plugins "
               "are not provided (DeepSpeedPlugin is: docs/deepspeed.md)")
-_N_D = ("context parallelism is not provided (torch runs its ring attention only in CUDA attention kernels); "
-        "DDP, FSDP2, HSDP and tensor parallelism are (ParallelismConfig)")
 _REFUSED = {
     "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
@@ -297,7 +297,6 @@ _REFUSED = {
     "get_active_deepspeed_plugin": _DEEPSPEED,
     "map_pytorch_optim_to_deepspeed": "accel keeps the script's optimizer under DeepSpeed's CPU offload (docs/deepspeed.md)",
     "MegatronLMPlugin": "Megatron-LM's tensor/pipeline parallelism needs its model code; use Accelerate or NeMo",
-    "TorchContextParallelConfig": _N_D,
     "BnbQuantizationConfig": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) (docs/quantization.md)",
     "load_and_quantize_model": "quantize through Accelerator(kwarg_handlers=[BitsandbytesKwargs(mode=...)]) "
     "(docs/quantization.md)",

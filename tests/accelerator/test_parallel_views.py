@@ -1,6 +1,7 @@
 """`accelerator.maybe_context_parallel` (accel/accelerator/parallel_views.py): the region Accelerate's long-context
-examples enter every step. Context parallelism never runs under accel (cp_size > 1 is refused at construction), so
-the region changes nothing: the buffers stay whole and the step computes what it computes outside. The ranks of
+examples enter every step. With cp_size 1 the region changes nothing: the buffers stay whole and the step computes
+what it computes outside; cp_size > 1 runs on CUDA only (tests/parallel/test_context_parallel.py) and is refused on a
+CPU when the Accelerator is built. The ranks of
 each mesh dimension are checked with real processes in tests/parallel/test_mesh_training.py."""
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def test_the_region_needs_no_arguments_and_lets_errors_through() -> None:
         raise KeyError("raised inside")
 
 
-def test_context_parallelism_itself_is_refused_at_construction_naming_cp_size() -> None:
-    with pytest.raises(NotImplementedError, match=r"ParallelismConfig\(cp_size=2.*context parallelism"):
-        ParallelismConfig(cp_size=2)
+def test_context_parallelism_on_a_cpu_is_refused_at_construction_naming_cp_size_and_sp_size() -> None:
+    config = ParallelismConfig(cp_size=2)  # torch-free: the device decides, when the Accelerator is built
+    with pytest.raises(NotImplementedError, match=r"cp_size=2.* on cpu: context parallelism \(cp_size > 1\) runs on "
+                                                  r"CUDA only.*Use sp_size instead"):
+        Accelerator(cpu=True, parallelism_config=config)

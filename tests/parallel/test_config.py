@@ -20,6 +20,7 @@ from accel.parallel.config import ParallelismConfig, check_world
 LAYOUTS = [
     {}, {"dp_shard_size": 4}, {"dp_replicate_size": 4}, {"dp_replicate_size": 2, "dp_shard_size": 2},
     {"dp_shard_size": 2, "tp_size": 2}, {"dp_replicate_size": 2, "dp_shard_size": 2, "tp_size": 2}, {"tp_size": 4},
+    {"dp_shard_size": 2, "cp_size": 2}, {"cp_size": 4},
 ]
 VIEWS = ("dp_dim_names", "non_dp_dim_names", "dp_shard_cp_dim_names", "dp_cp_dim_names", "fsdp_dim_names",
          "active_mesh_dims", "total_size", "data_parallel_size", "non_data_parallel_size", "dp_replicate_enabled",
@@ -72,7 +73,6 @@ def test_the_environment_asks_for_a_config_as_either_launcher_does(monkeypatch: 
 
 
 @pytest.mark.parametrize(("sizes", "error", "words"), [
-    ({"cp_size": 2}, NotImplementedError, "ring attention only on its CUDA"),
     ({"sp_size": 2, "sp_backend": "deepspeed"}, NotImplementedError, "DeepSpeed's Ulysses, which runs inside"),
     ({"sp_size": 2, "tp_size": 2}, NotImplementedError, "accel does not compose the two"),
     ({"sp_backend": "ring"}, ValueError, "sp_backend='ring'"),

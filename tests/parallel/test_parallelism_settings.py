@@ -70,7 +70,7 @@ def test_accels_config_file_writes_the_section_and_reads_it_back(tmp_path: Path)
 @pytest.mark.parametrize(("values", "words"), [
     ({"num_processes": 2, "use_fsdp": True, **SIZES}, r"= 4 processes, but the world size \(num_processes\) is 2"),
     ({"num_processes": 4, **SIZES}, "dp_shard_size=2 shards the model with FSDP2, but FSDP is not on"),
-    ({"num_processes": 2, "parallelism_config_cp_size": 2}, "context parallelism"),
+    ({"num_processes": 2, "use_cpu": True, "parallelism_config_cp_size": 2}, "with use_cpu: context parallelism"),
     ({"num_processes": 4, "parallelism_config_dp_replicate_size": 2, "parallelism_config_tp_size": 2},
      "tensor parallelism does not compose with pure data parallelism"),
 ])

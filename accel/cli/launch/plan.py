@@ -167,14 +167,15 @@ def _processes_per_machine(values: Mapping[str, Any]) -> int:
 
 def _check_parallelism(values: Mapping[str, Any]) -> None:
     """Refuse parallelism_config sizes that do not multiply to num_processes, dp_shard_size without use_fsdp,
-    cp_size > 1 and DeepSpeed's sequence parallelism, before any process starts (the Accelerator checks the same again)."""
+    cp_size > 1 on CPU processes and DeepSpeed's sequence parallelism, before any process starts (the Accelerator
+    checks the same again)."""
     sizes = {s.keyword: values[s.name] for s in PARALLELISM_SETTINGS if s.name in values}
     if not sizes:
         return
     try:
         check_world(sizes, values.get("num_processes", 1), fsdp=bool(values.get(USE_FSDP.name)), where="parallelism_config")
-        if sizes.get("cp_size", 1) > 1:
-            raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']}: {CP_REASON}")
+        if sizes.get("cp_size", 1) > 1 and values.get(USE_CPU.name):
+            raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']} with use_cpu: {CP_REASON}")
         if sizes.get("sp_size", 1) > 1 and sizes.get("sp_backend") == "deepspeed":
             raise ValueError(f"parallelism_config_sp_size={sizes['sp_size']} with sp_backend 'deepspeed': {SP_REASON}")
     except ValueError as error:

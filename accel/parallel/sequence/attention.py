@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from accel.parallel.context import refuse_windowed_layers
 from accel.parallel.sequence.collectives import heads_to_sequence, sequence_to_heads
 
 MARK = "_accel_sequence_group"
@@ -60,15 +61,7 @@ def check_model(model: nn.Module, ranks: int) -> Any:
                 f"ParallelismConfig(sp_size={ranks}): the model's {field} is {heads}, which {ranks} processes cannot "
                 f"share (each takes heads / sp_size of them). Give an sp_size that divides {heads}."
             )
-    layers = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True):
-        layers.add("sliding_attention")
-    if layers != {"full_attention"}:
-        raise ValueError(
-            f"ParallelismConfig(sp_size={ranks}): the model has {sorted(layers - {'full_attention'})} layers; sequence "
-            "parallelism masks the whole sequence causally, which would silently widen a sliding window and gives wrong "
-            "gradients to recurrent (linear-attention) layers. Use sp_size=1 for this model."
-        )
+    refuse_windowed_layers(model, f"ParallelismConfig(sp_size={ranks})")
     return text
 
 
