@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel.cli.config.prompts import ask_text, ask_yes_no
-from accel.settings import PARALLELISM_SETTINGS_BY_KEY, USE_FSDP
+from accel.settings import PARALLELISM_SIZE_SETTINGS, USE_FSDP
 
 Answers = dict[str, Any]
-_KEY = {setting.keyword: setting for setting in PARALLELISM_SETTINGS_BY_KEY.values()}
+_KEY = {setting.keyword: setting for setting in PARALLELISM_SIZE_SETTINGS}
+"""The sizes by keyword (sp_backend, a name, is not one: a config that names it has not asked for a mesh)."""
 
 
 def ask_parallelism(current: Mapping[str, Any], processes: int, answers: Mapping[str, Any]) -> Answers:
