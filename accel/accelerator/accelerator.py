@@ -292,7 +292,8 @@ class Accelerator(
         )
         """Blocks whose activations prepare() has recomputed in backward: False, True (found) or class names."""
         self.activation_checkpointing_policy: str | float = options.checkpoint_policy(
-            activation_checkpointing_policy, self.activation_checkpointing
+            activation_checkpointing_policy, self.activation_checkpointing,
+            fsdp_checkpoints=bool(self.fsdp_plugin is not None and self.fsdp_plugin.activation_checkpointing),
         )
         """How those blocks recompute: "full", "selective" or a memory budget (accel.training.selective)."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)

@@ -224,9 +224,11 @@ def precision_backend(
                    parallelism=parallelism, dynamo_backend=dynamo_backend)
 
 
-def checkpoint_policy(value: Any, blocks: bool | tuple[str, ...]) -> str | float:
+def checkpoint_policy(value: Any, blocks: bool | tuple[str, ...], fsdp_checkpoints: bool = False) -> str | float:
     """`activation_checkpointing_policy` (keyword, else ACCEL_ACTIVATION_CHECKPOINTING_POLICY, else "full"), refused
-    when it would change nothing: another policy than "full" without `activation_checkpointing` to apply it to."""
+    where it would change nothing or be undone: another policy than "full" without `activation_checkpointing` to
+    apply it to, and a memory budget beside FSDP's `fsdp_activation_checkpointing` (`fsdp_checkpoints`), which
+    checkpoints every unit the budget leaves unchecked."""
     policy = setting(ACTIVATION_CHECKPOINTING_POLICY, value, lambda arg, v: ACTIVATION_CHECKPOINTING_POLICY.check(v, arg))
     if policy != "full" and blocks is False:
         raise ValueError(
@@ -234,5 +236,10 @@ def checkpoint_policy(value: Any, blocks: bool | tuple[str, ...]) -> str | float
             "activation_checkpointing is off, so it would change nothing. Give activation_checkpointing=True (or the "
             "blocks' class names) as well (FSDP's fsdp_activation_checkpointing always checkpoints fully)."
         )
+    if not isinstance(policy, str) and fsdp_checkpoints:
+        raise ValueError(
+            f"activation_checkpointing_policy={policy!r} leaves that fraction of the blocks unchecked, and the FSDP "
+            "plugin's activation_checkpointing (fsdp_activation_checkpointing) checkpoints every unit, which would undo "
+            "it. Turn the plugin's off: Accelerator(activation_checkpointing=...) does the checkpointing, FSDP2 or not."
+        )
     return policy
-

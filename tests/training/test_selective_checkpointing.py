@@ -88,6 +88,18 @@ def test_a_policy_without_checkpointing_is_refused_as_it_would_change_nothing() 
         Accelerator(cpu=True, activation_checkpointing_policy="selective")
 
 
+def test_a_budget_beside_fsdps_own_checkpointing_is_refused_as_fsdp_would_undo_it() -> None:
+    from accel.utils import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(activation_checkpointing=True, auto_wrap_policy="transformer_based_wrap",
+                                            transformer_cls_names_to_wrap=["Block"])
+    with pytest.raises(ValueError, match="fsdp_activation_checkpointing\\) checkpoints every unit, which would undo it"):
+        Accelerator(cpu=True, fsdp_plugin=plugin, activation_checkpointing=True, activation_checkpointing_policy=0.5)
+    selective = Accelerator(cpu=True, fsdp_plugin=plugin, activation_checkpointing=True,
+                            activation_checkpointing_policy="selective")  # the blocks are checkpointed before FSDP's turn
+    assert selective.activation_checkpointing_policy == "selective"
+
+
 def test_the_policy_comes_from_its_variable_and_text(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEL_ACTIVATION_CHECKPOINTING_POLICY", "0.25")
     monkeypatch.setenv("ACCEL_ACTIVATION_CHECKPOINTING", "true")
