@@ -274,7 +274,8 @@ class Accelerator(
         self.fsdp_plugin = options.fsdp_plugin(fsdp_plugin, self.precision, self.quantizer)
         """With FullyShardedDataParallelPlugin: models are sharded with FSDP2 instead of DDP (docs/fsdp.md)."""
         parallelism_config = layout.from_tp_plugin(parallelism_config, torch_tp_plugin)
-        self.parallelism_config = layout.resolve(parallelism_config, self.process_state, self.fsdp_plugin)
+        self.parallelism_config = layout.resolve(parallelism_config, self.process_state, self.fsdp_plugin,
+                                                 self.deepspeed_plugin)
         """The layout of the processes as a device mesh (None without one, as in Accelerate; docs/distributed.md)."""
         self.torch_device_mesh, self.process_state = layout.mesh_and_place(self.parallelism_config, self.process_state)
         """The DeviceMesh with Accelerate's dimension names (dp_replicate, dp_shard, tp; dp, dp_shard_cp, dp_cp)."""
@@ -293,7 +294,7 @@ class Accelerator(
         """Blocks whose activations prepare() has recomputed in backward: False, True (found) or class names."""
         self.activation_checkpointing_policy: str | float = options.checkpoint_policy(
             activation_checkpointing_policy, self.activation_checkpointing,
-            fsdp_checkpoints=bool(self.fsdp_plugin is not None and self.fsdp_plugin.activation_checkpointing),
+            fsdp_checkpoints=bool(getattr(self.fsdp_plugin, "activation_checkpointing", False)),
         )
         """How those blocks recompute: "full", "selective" or a memory budget (accel.training.selective)."""
         self.dynamo_plugin = compiling.resolve(dynamo_backend, dynamo_plugin, self.process_state.device)

@@ -29,6 +29,31 @@ class ParallelViewsMixin:
         plugin = getattr(self.strategy, "plugin", None)
         return built if built is not None else getattr(plugin, "deepspeed_config", None)
 
+    def deepspeed_ulysses_dl_adapter(self, dl: Any, model: Any = None) -> Any:
+        """`dl` in DeepSpeed's Ulysses dataloader adapter (Accelerate's method, for a dataloader prepared apart from
+        the model): with `ParallelismConfig(sp_size > 1, sp_backend="deepspeed")`, once the model is prepared;
+        `dl` itself otherwise.
+
+        Args:
+            dl: A prepared dataloader.
+            model: The prepared model (Accelerate's argument; the groups come from its preparation).
+
+        Example:
+            ```python
+            loader = accelerator.deepspeed_ulysses_dl_adapter(accelerator.prepare(loader), model)
+            ```
+        """
+        config = self.parallelism_config
+        if config is None or not config.deepspeed_ulysses:
+            return dl
+        mpu = getattr(self.strategy, "mpu", None)
+        if mpu is None:
+            raise RuntimeError("deepspeed_ulysses_dl_adapter: prepare the model first (DeepSpeed's Ulysses groups are "
+                               "made when the model is prepared).")
+        from accel.deepspeed.ulysses import adapt_loader
+
+        return adapt_loader(dl, mpu, self.strategy.process_state.device)
+
     def _rank_in(self, dimension: str, what: str) -> int:
         if self.parallelism_config is None:
             raise RuntimeError(f"{what} is not configured: pass Accelerator(parallelism_config=ParallelismConfig(...)).")

@@ -10,6 +10,8 @@ DeepSpeed itself is imported only where an engine is built or saved. The modules
   (one `prepare` call through `deepspeed.initialize`), engine.py (the engine, optimizer and
   scheduler wrappers: the engine steps in `backward`), dummies.py (`DummyOptim`, `DummyScheduler`:
   stand-ins for the optimizer and scheduler the config names);
+* sequence parallelism: ulysses.py (DeepSpeed's Ulysses for sp_backend 'deepspeed': its attention wrapper and
+  groups, its dataloader adapter);
 * checkpoints: checkpoint.py (DeepSpeed's checkpoints inside accel's, and the engine's full weights).
 """
 

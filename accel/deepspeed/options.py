@@ -64,9 +64,10 @@ def backend(
         raise ValueError("BitsandbytesKwargs with a DeepSpeedPlugin: ZeRO partitions each weight as a flat float "
                          "buffer, which bitsandbytes' packed 4/8-bit weights are not. Quantize without DeepSpeed "
                          "(DDP or FSDP2), or train DeepSpeed without BitsandbytesKwargs.")
-    if parallelism is not None:
+    if parallelism is not None and not getattr(parallelism, "deepspeed_ulysses", False):
         raise ValueError("parallelism_config with a DeepSpeedPlugin: accel's device meshes (tensor parallelism, "
-                         "HSDP) run on DDP/FSDP2, not inside DeepSpeed's engine. Keep one of them.")
+                         "HSDP, sp_backend='torch') run on DDP/FSDP2, not inside DeepSpeed's engine. Keep one of them, "
+                         "or give sp_backend='deepspeed' for DeepSpeed's own sequence parallelism.")
     if dynamo_backend not in (None, "no", "NO"):
         raise ValueError(f"dynamo_backend={dynamo_backend!r} with a DeepSpeedPlugin: compiling the engine is not "
                          "provided. Leave dynamo_backend 'no', or train without DeepSpeed.")

@@ -18,6 +18,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.data import DataLoader
 
 from accel.deepspeed import config as ds_config
+from accel.deepspeed import ulysses
 from accel.deepspeed.dummies import DummyOptim, DummyScheduler
 from accel.deepspeed.engine import DeepSpeedEngineWrapper, DeepSpeedOptimizerWrapper, DeepSpeedSchedulerWrapper
 from accel.training.blocks import checkpoint_blocks
@@ -56,7 +57,14 @@ def prepare_objects(
         split_batches=accelerator.split_batches,
     )
     checkpoint_blocks(model, accelerator.activation_checkpointing, accelerator.activation_checkpointing_policy)
-    engine, ds_optimizer, ds_scheduler = _initialize(model, optimizer, scheduler, config, state.device)
+    parallelism = accelerator.parallelism_config
+    if parallelism is not None and parallelism.deepspeed_ulysses:  # DeepSpeed's Ulysses: its groups, its loaders
+        strategy.mpu = ulysses.register(model, parallelism, config["train_micro_batch_size_per_gpu"])
+        config["train_batch_size"] //= parallelism.sizes["sp"]  # each sequence is split, not replicated
+        for index, obj in enumerate(result):
+            if isinstance(obj, DataLoader):
+                result[index] = ulysses.adapt_loader(obj, strategy.mpu, state.device)
+    engine, ds_optimizer, ds_scheduler = _initialize(model, optimizer, scheduler, config, state.device, strategy.mpu)
     strategy.config = config
     result[models[0]] = engine
     accelerator.prepared.models.append(engine)
@@ -106,14 +114,16 @@ def _single_process_group(device: torch.device) -> None:
 
 
 def _initialize(
-    model: nn.Module, optimizer: Any, scheduler: Any, config: dict[str, Any], device: torch.device
+    model: nn.Module, optimizer: Any, scheduler: Any, config: dict[str, Any], device: torch.device, mpu: Any = None
 ) -> tuple[Any, Any, Any]:
     """deepspeed.initialize with the script's objects (a DummyOptim gives its parameters, a DummyScheduler its
-    callable); returns (engine, DeepSpeed's optimizer, DeepSpeed's scheduler or None)."""
+    callable; `mpu`: DeepSpeed's Ulysses groups); returns (engine, DeepSpeed's optimizer, DeepSpeed's scheduler or None)."""
     import deepspeed
 
     _single_process_group(device)
     kwargs: dict[str, Any] = {"model": model, "config": config, "dist_init_required": False}
+    if mpu is not None:
+        kwargs["mpu"] = mpu
     if isinstance(optimizer, DummyOptim):
         kwargs["model_parameters"] = optimizer.params
         if isinstance(scheduler, DummyScheduler) and scheduler.lr_scheduler_callable is not None:

@@ -49,6 +49,8 @@ class DeepSpeedStrategy(ParallelStrategy):
         """The engine of the prepared model (one per Accelerator, as in Accelerate), None before prepare."""
         self.config: dict[str, Any] | None = None
         """The config the engine was built with (Accelerate's `accelerator.deepspeed_config`)."""
+        self.mpu: Any = None
+        """With DeepSpeed's Ulysses (sp_backend 'deepspeed'): its groups, from accel.deepspeed.ulysses.register."""
 
     @property
     def sharded_checkpoints(self) -> bool:

@@ -11,8 +11,8 @@ The modules, by job:
 * processes: torch_distributed.py (`DistributedDataParallelKwargs`, `InitProcessGroupKwargs`),
   comm_hooks.py (DDP communication hooks chosen by name), tensor_parallel.py
   (`TorchTensorParallelPlugin`, `TorchTensorParallelConfig`), context_parallel.py
-  (`TorchContextParallelConfig`), fsdp_names.py (the names of FSDP's options that the command line shares
-  with the plugin; torch-free);
+  (`TorchContextParallelConfig`), sequence_parallel.py (`DeepSpeedSequenceParallelConfig`), fsdp_names.py
+  (the names of FSDP's options that the command line shares with the plugin; torch-free);
 * the rest of a run: dynamo.py (`TorchDynamoPlugin`, `DynamoBackend`: torch.compile's options),
   profile.py (`ProfileKwargs`, torch.profiler's options), monitoring.py (`ThroughputKwargs`,
   `SpikeDetectionKwargs`: the run monitors).

@@ -7,7 +7,7 @@ the model; dp_replicate_size > 1 as well gives HSDP (each shard group's model re
 groups). tp_size > 1 splits layers over the tp dimension. sp_size > 1 splits each sequence over the sp
 dimension (Ulysses: sp_backend "torch", accel.parallel.sequence; docs/long-context.md). cp_size > 1 is torch's
 context parallelism (accel.parallel.context), on CUDA only: refused elsewhere when the Accelerator is built.
-DeepSpeed's Ulysses (sp_backend "deepspeed") is refused here, at construction, with the reason.
+DeepSpeed's Ulysses (sp_backend "deepspeed") runs inside DeepSpeed's engine (accel.deepspeed.ulysses).
 
 A size left as None is read from ACCEL_PARALLELISM_CONFIG_<FIELD> (set by `accel launch`), else
 Accelerate's PARALLELISM_CONFIG_<FIELD> (set by `accelerate launch`), else 1, as Accelerate's does.
@@ -38,9 +38,9 @@ CP_REASON = (
     "on any device; docs/long-context.md), or cp_size=1"
 )
 SP_REASON = (
-    "sp_backend='deepspeed' is DeepSpeed's Ulysses, which runs inside DeepSpeed's engine with its own process groups; "
-    "accel does not drive it. Use sp_backend='torch' (accel's Ulysses: the same all-to-all around attention, with "
-    "DDP or FSDP2, on CPU processes too), or Accelerate with DeepSpeed"
+    "sp_backend='deepspeed' is DeepSpeed's Ulysses, which runs inside DeepSpeed's engine with its own process groups: "
+    "pass a DeepSpeedPlugin (accel launch --use_deepspeed), or use sp_backend='torch' (accel's Ulysses: the same "
+    "all-to-all around attention, with DDP or FSDP2)"
 )
 
 
@@ -67,13 +67,13 @@ class ParallelismConfig:
     sp_size: int | None = None
     """Processes over which each sequence is split (Ulysses); they see the same batch, each a slice of it."""
     sp_backend: str | None = None
-    """'torch' (accel's Ulysses, the default here) or 'deepspeed' (Accelerate's default; refused: SP_REASON)."""
+    """'torch' (accel's Ulysses, the default here) or 'deepspeed' (Accelerate's default: DeepSpeed's, with a DeepSpeedPlugin)."""
     tp_handler: Any = None
     """A TorchTensorParallelConfig (options of tensor parallelism: accel's `plan`), or None for its defaults."""
     cp_handler: Any = None
     """A TorchContextParallelConfig (cp_comm_strategy), or None for its defaults; only with cp_size > 1."""
     sp_handler: Any = None
-    """Accelerate's DeepSpeedSequenceParallelConfig, for sp_backend 'deepspeed' only; must be None."""
+    """A DeepSpeedSequenceParallelConfig, for sp_backend 'deepspeed' only (None: its defaults)."""
 
     device_mesh: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
     """The mesh, once built (`get_device_mesh`); shared by the Accelerator as `torch_device_mesh`."""
@@ -126,9 +126,18 @@ class ParallelismConfig:
         if self.sizes["cp"] > 1 and self.sizes["sp"] > 1:
             raise ValueError(f"ParallelismConfig(cp_size={self.cp_size}, sp_size={self.sp_size}): context and sequence "
                              "parallelism both split the sequence; give one of them (sp_size runs on any device).")
-        if self.sp_backend == "deepspeed" and self.sizes["sp"] > 1 or self.sp_handler is not None:
-            raise NotImplementedError(f"ParallelismConfig(sp_size={self.sp_size}, sp_backend={self.sp_backend!r}, "
-                                      f"sp_handler={self.sp_handler!r}): {SP_REASON}.")
+        if self.sp_handler is not None:
+            from accel.kwargs_handlers.sequence_parallel import DeepSpeedSequenceParallelConfig
+
+            if not isinstance(self.sp_handler, DeepSpeedSequenceParallelConfig) or not self.deepspeed_ulysses:
+                raise ValueError(
+                    f"ParallelismConfig(sp_handler={self.sp_handler!r}, sp_size={self.sp_size}, sp_backend="
+                    f"{self.sp_backend!r}): the handler configures DeepSpeed's Ulysses; give a "
+                    "DeepSpeedSequenceParallelConfig with sp_size > 1 and sp_backend='deepspeed' (the torch backend has none)."
+                )
+        if self.deepspeed_ulysses and (self.sizes["tp"] > 1 or self.sizes["cp"] > 1):
+            raise ValueError(f"ParallelismConfig(sp_backend='deepspeed', sp_size={self.sp_size}): DeepSpeed's Ulysses "
+                             "lays out its own groups; give tp_size and cp_size 1 (the other processes are data parallel).")
         if self.sizes["sp"] > 1 and self.sizes["tp"] > 1:
             raise NotImplementedError(
                 f"ParallelismConfig(sp_size={self.sp_size}, tp_size={self.tp_size}): sequence parallelism exchanges each "
@@ -175,6 +184,12 @@ class ParallelismConfig:
     def sp_enabled(self) -> bool:
         """True when sp_size > 1: each sequence is split over the sp dimension (Ulysses)."""
         return self.sizes["sp"] > 1
+
+    @property
+    def deepspeed_ulysses(self) -> bool:
+        """True for DeepSpeed's sequence parallelism (sp_size > 1, sp_backend 'deepspeed'): DeepSpeed makes its own
+        groups, so no device mesh is built and the data-parallel processes are the rest of the world."""
+        return self.sizes["sp"] > 1 and self.sp_backend == "deepspeed"
 
     @property
     def dp_dim_names(self) -> list[str]:

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from accel.distributed.process_state import ProcessState
-from accel.parallel.config import CP_REASON, ParallelismConfig, check_world
+from accel.parallel.config import CP_REASON, SP_REASON, ParallelismConfig, check_world
 from accel.parallel.mesh import build_device_mesh, data_parallel_place
 from accel.settings import PARALLELISM_SETTINGS
 
@@ -53,7 +53,7 @@ def from_tp_plugin(config: Any, torch_tp_plugin: Any) -> Any:
     return config
 
 
-def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> ParallelismConfig | None:
+def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any, deepspeed_plugin: Any = None) -> ParallelismConfig | None:
     """The config in force, checked (module docstring); None without one (no mesh, as in Accelerate).
 
     Example: on 4 processes with an FSDP plugin, ParallelismConfig() becomes dp_shard_size=4, and
@@ -67,6 +67,9 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
     config = _with_hybrid_shard(config, fsdp_plugin, process_state)
     if config is None:
         return None
+    if config.deepspeed_ulysses:
+        _check_ulysses(config, process_state, deepspeed_plugin is not None)
+        return config
     world, fsdp = process_state.num_processes, fsdp_plugin is not None
     _check_context_parallel(config, process_state, fsdp)
     config = _data_parallel_filled(config, world, fsdp)
@@ -82,6 +85,16 @@ def resolve(config: Any, process_state: ProcessState, fsdp_plugin: Any) -> Paral
             f"must be {world}), or leave out the fsdp_plugin (--use_fsdp) for DDP with dp_replicate_size."
         )
     return config
+
+
+def _check_ulysses(config: ParallelismConfig, process_state: ProcessState, deepspeed: bool) -> None:
+    """DeepSpeed's Ulysses runs inside DeepSpeed's engine, over sp_size-process groups of the world."""
+    where = f"Accelerator(parallelism_config={config!r})"
+    if not deepspeed:
+        raise ValueError(f"{where}: {SP_REASON}.")
+    if process_state.num_processes % config.sizes["sp"]:
+        raise ValueError(f"{where}: sp_size={config.sizes['sp']} does not divide the {process_state.num_processes} "
+                         "processes; DeepSpeed's Ulysses groups consecutive processes by sp_size.")
 
 
 def _check_context_parallel(config: ParallelismConfig, process_state: ProcessState, fsdp: bool) -> None:
@@ -118,7 +131,7 @@ def context_parallel(config: ParallelismConfig | None, mesh: Any) -> Any:
 
 def sequence_parallel(config: ParallelismConfig | None, mesh: Any) -> Any:
     """The SequenceParallel of the mesh's "sp" dimension (accel.parallel.sequence), or None when sp_size is 1."""
-    if config is None or not config.sp_enabled:
+    if config is None or not config.sp_enabled or config.deepspeed_ulysses:
         return None
     from accel.parallel.sequence.ulysses import SequenceParallel
 
@@ -157,7 +170,7 @@ def _with_hybrid_shard(config: ParallelismConfig | None, plugin: Any, state: Pro
 def mesh_and_place(config: ParallelismConfig | None, process_state: ProcessState) -> tuple[Any, ProcessState]:
     """The DeviceMesh (None without a config or with one process) and the process state with this process's
     data-parallel place when tp groups share batches."""
-    if config is None or process_state.num_processes == 1:
+    if config is None or process_state.num_processes == 1 or config.deepspeed_ulysses:
         return None, process_state
     mesh = config.device_mesh
     if mesh is None:

@@ -36,6 +36,7 @@ from accel.deepspeed import (
 )
 from accel.fsdp import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers.context_parallel import TorchContextParallelConfig
+from accel.kwargs_handlers.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel.kwargs_handlers.tensor_parallel import TorchTensorParallelConfig, TorchTensorParallelPlugin
 from accel.parallel.config import ParallelismConfig
 from accel.training.out_of_memory import (
@@ -185,6 +186,7 @@ __all__ = [
     "TERecipeKwargs",
     "TorchDynamoPlugin",
     "TorchContextParallelConfig",
+    "DeepSpeedSequenceParallelConfig",
     "TorchTensorParallelConfig",
     "TorchTensorParallelPlugin",
     "broadcast",
@@ -288,10 +290,9 @@ _BIG_MODEL = frozenset({
 forwarded when accelerate is installed, else stand-ins that raise ImportError naming the install when used."""
 _forward_big_model = forwarding("accelerate.utils", _BIG_MODEL, __name__)
 
-_DEEPSPEED = ("DeepSpeed's sequence parallelism, parameter gathering, transformers' ZeRO 3 init hook and several plugins "
-              "are not provided (DeepSpeedPlugin is: docs/deepspeed.md)")
+_DEEPSPEED = ("DeepSpeed's parameter gathering, transformers' ZeRO 3 init hook and several plugins are not provided "
+              "(DeepSpeedPlugin is, and DeepSpeed's sequence parallelism: docs/deepspeed.md, docs/long-context.md)")
 _REFUSED = {
-    "DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     "GatheredParameters": _DEEPSPEED,
     "HfDeepSpeedConfig": _DEEPSPEED,
     "get_active_deepspeed_plugin": _DEEPSPEED,

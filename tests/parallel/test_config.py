@@ -73,7 +73,8 @@ def test_the_environment_asks_for_a_config_as_either_launcher_does(monkeypatch: 
 
 
 @pytest.mark.parametrize(("sizes", "error", "words"), [
-    ({"sp_size": 2, "sp_backend": "deepspeed"}, NotImplementedError, "DeepSpeed's Ulysses, which runs inside"),
+    ({"sp_size": 2, "sp_backend": "deepspeed", "tp_size": 2}, ValueError, "DeepSpeed's Ulysses lays out its own groups"),
+    ({"sp_handler": object(), "sp_size": 2, "sp_backend": "deepspeed"}, ValueError, "give a DeepSpeedSequenceParallelConfig"),
     ({"sp_size": 2, "tp_size": 2}, NotImplementedError, "accel does not compose the two"),
     ({"sp_backend": "ring"}, ValueError, "sp_backend='ring'"),
     ({"tp_size": 2, "dp_replicate_size": 2}, ValueError, "does not compose with pure data parallelism"),

@@ -51,7 +51,7 @@ def test_fsdp1_hybrid_shard_becomes_hsdp_sizes_over_the_machines(tmp_path: Path)
 def test_deepspeed_sequence_parallelism_in_an_accelerate_config_is_refused(tmp_path: Path) -> None:
     data = {**ACCELERATE_HSDP, "parallelism_config": {**ACCELERATE_HSDP["parallelism_config"],
                                                       "parallelism_config_sp_size": 2}}
-    with pytest.raises(CliError, match="sp_size=2 with sp_backend 'deepspeed' .* DeepSpeed's Ulysses"):
+    with pytest.raises(CliError, match="sp_size=2 with sp_backend 'deepspeed' .* pass a DeepSpeedPlugin"):
         load_config(write(tmp_path, data), "test")
 
 

@@ -225,11 +225,13 @@ def _translate_parallelism(data: Mapping[Any, Any], result: dict[str, Any], drop
     kept: dict[str, Any] = {}
     items = dict(section.items()) if isinstance(section, Mapping) else {}
     sp_size, sp_backend = items.get("parallelism_config_sp_size"), items.get("parallelism_config_sp_backend") or "deepspeed"
-    if sp_size not in (None, 1) and sp_backend == "deepspeed":
+    if sp_size not in (None, 1) and sp_backend == "deepspeed" and result.get(USE_DEEPSPEED.name) is not True:
         raise CliError(f"{path}: {PARALLELISM_SECTION}.parallelism_config_sp_size={sp_size} with sp_backend "
                        f"{sp_backend!r} (Accelerate's only one): {SP_REASON}.")
     for key, value in items.items():
         if key in PARALLELISM_SETTINGS_BY_KEY and not _is_inert(key, value):
+            kept[key] = value
+        elif key == "parallelism_config_sp_backend" and sp_size not in (None, 1):
             kept[key] = value
         elif not _is_inert(key, value) and not str(key).startswith(("parallelism_config_cp_", "parallelism_config_sp_")):
             dropped.append(_describe(f"{PARALLELISM_SECTION}.{key}", value))

@@ -176,7 +176,7 @@ def _check_parallelism(values: Mapping[str, Any]) -> None:
         check_world(sizes, values.get("num_processes", 1), fsdp=bool(values.get(USE_FSDP.name)), where="parallelism_config")
         if sizes.get("cp_size", 1) > 1 and values.get(USE_CPU.name):
             raise ValueError(f"parallelism_config_cp_size={sizes['cp_size']} with use_cpu: {CP_REASON}")
-        if sizes.get("sp_size", 1) > 1 and sizes.get("sp_backend") == "deepspeed":
+        if sizes.get("sp_size", 1) > 1 and sizes.get("sp_backend") == "deepspeed" and not values.get(USE_DEEPSPEED.name):
             raise ValueError(f"parallelism_config_sp_size={sizes['sp_size']} with sp_backend 'deepspeed': {SP_REASON}")
     except ValueError as error:
         raise CliError(f"{error} (the sizes: the parallelism_config keys or --parallelism_config_* flags)") from None
