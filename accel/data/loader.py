@@ -35,7 +35,14 @@ from accel._tree import map_tensors
 from accel.data.configuration import DataLoaderConfiguration
 from accel.data.dispatching import Dispatching, SliceFn, dispatch_loader
 from accel.data.iterable_sharding import IterableDatasetShard, shard_iterable_loader
-from accel.data.loader_options import check_dataloader_config, check_even_batches_apply, dispatches, seed_loader
+from accel.data.loader_options import (
+    check_dataloader_config,
+    check_even_batches_apply,
+    dispatches,
+    epoch_targets,
+    given_batch_size,
+    seed_loader,
+)
 from accel.data.position import adopt_generator, apply_rng, capture_rng, check_position, generators
 from accel.data.sharding import Sharding, shard_loader
 from accel.data.skipping import SkippedEpochStart
@@ -133,11 +140,11 @@ class PreparedDataLoader(DataLoader):
         self._gradients = gradients
         self._place = place and device.type != "cpu"
         self._non_blocking = config.non_blocking
-        size = _batch_size(loader)
+        size = given_batch_size(loader)
         split = config.split_batches and layout[0] > 1
         self._total_batch_size = None if size is None else size if split else size * layout[0]
         self._drop_last = bool(loader.drop_last)
-        self._epoch_targets = _epoch_targets(loader)
+        self._epoch_targets = epoch_targets(loader)
         self._epochs_started = 0
         self._running: list[_Epoch] = []
         self._resume: dict[str, Any] | None = None
@@ -382,22 +389,3 @@ def _ended(position: int, length: float, skip: int | None) -> bool:
     if skip is None:
         return position == length
     return skip < position >= length
-
-
-def _epoch_targets(loader: DataLoader[Any]) -> list[Any]:
-    """The user's dataset, sampler and batch sampler that have a set_epoch (each once)."""
-    found: list[Any] = []
-    for candidate in (loader.dataset, loader.sampler, loader.batch_sampler):
-        if callable(getattr(candidate, "set_epoch", None)) and not any(candidate is f for f in found):
-            found.append(candidate)
-    return found
-
-
-def _batch_size(loader: DataLoader[Any]) -> int | None:
-    """The batch size the script gave: the DataLoader's, else its batch sampler's (or, with batch_size=None,
-    that of the BatchSampler given as its sampler); None when there is none."""
-    if loader.batch_size is not None:
-        return loader.batch_size
-    holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    size = getattr(holder, "batch_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else None

@@ -1,4 +1,5 @@
-"""What a `DataLoaderConfiguration` means for prepared dataloaders, and which values accel refuses.
+"""What a `DataLoaderConfiguration` means for prepared dataloaders, and which values accel refuses; and what a
+prepared loader reads from the user's DataLoader (`epoch_targets`, `given_batch_size`).
 
 `check_dataloader_config` runs when the Accelerator is built: a field accel cannot honour raises
 there, naming the field, the value and what to do, instead of being ignored in the training loop.
@@ -153,3 +154,22 @@ def seed_loader(
     return DataLoader(
         loader.dataset, sampler=seeded, batch_size=batch_sampler.batch_size, drop_last=batch_sampler.drop_last, **options
     ), seeded
+
+
+def epoch_targets(loader: DataLoader[Any]) -> list[Any]:
+    """The user's dataset, sampler and batch sampler that have a set_epoch (each once)."""
+    found: list[Any] = []
+    for candidate in (loader.dataset, loader.sampler, loader.batch_sampler):
+        if callable(getattr(candidate, "set_epoch", None)) and not any(candidate is f for f in found):
+            found.append(candidate)
+    return found
+
+
+def given_batch_size(loader: DataLoader[Any]) -> int | None:
+    """The batch size the script gave: the DataLoader's, else its batch sampler's (or, with batch_size=None,
+    that of the BatchSampler given as its sampler); None when there is none."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    holder = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    size = getattr(holder, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
