@@ -1,6 +1,7 @@
 """Names: automatic checkpoint folders (checkpoint_<n>), their rotation, and the hidden work
-folders beside a target (`.<name>.<kind>-<pid>-<random>`): the checkpoint being written, the one
-being replaced, the one being deleted. The pid tells which of them a killed process left."""
+folders beside a target (`.<name>.<kind>-<pid>-<start>-<random>`): the checkpoint being written,
+the one being replaced, the one being deleted. The pid and the process's start time (Linux) tell
+which of them a killed process left, even once the pid is reused by another process."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 CHECKPOINT_PREFIX = "checkpoint_"
 _NUMBERED = re.compile(r"checkpoint_(\d+)")
-_WORK_FOLDER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)-[0-9a-f]{8}")
+_WORK_FOLDER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old|del)-(?P<pid>\d+)(?:-(?P<start>\d+))?-[0-9a-f]{8}")
 WRITING, REPLACED, DELETING = "tmp", "old", "del"
 """Kinds of work folder: a checkpoint being written; the previous checkpoint of a target being
 replaced (moved aside just before the new one is renamed in); a checkpoint being deleted."""
@@ -51,7 +52,10 @@ def to_rotate_out(folder: Path, total_limit: int | None, keep: Path | None = Non
 
 def work_folder(target: Path, kind: str) -> Path:
     """A hidden folder beside `target`, of one of the kinds above, named after this process."""
-    return target.with_name(f".{target.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
+    pid = os.getpid()
+    start = _start_time(pid)
+    stamp = f"{pid}-{start}" if start is not None else str(pid)
+    return target.with_name(f".{target.name}.{kind}-{stamp}-{secrets.token_hex(4)}")
 
 
 def stale_work_folders(folder: Path) -> list[tuple[Path, str, Path]]:
@@ -62,7 +66,7 @@ def stale_work_folders(folder: Path) -> list[tuple[Path, str, Path]]:
     stale = []
     for entry in sorted(folder.iterdir()):
         match = _WORK_FOLDER.fullmatch(entry.name)
-        if match and entry.is_dir() and not _is_running(int(match.group("pid"))):
+        if match and entry.is_dir() and not _is_running(int(match.group("pid")), match.group("start")):
             stale.append((entry, match.group("kind"), folder / match.group("name")))
     return stale
 
@@ -78,7 +82,9 @@ def leftover_of(target: Path) -> Path | None:
     return None
 
 
-def _is_running(pid: int) -> bool:
+def _is_running(pid: int, start: str | None) -> bool:
+    """Whether the process that named a work folder still runs: its pid is alive and, where the
+    name records it, started when that process did (else the pid now belongs to another one)."""
     if pid == os.getpid():
         return True
     try:
@@ -86,5 +92,18 @@ def _is_running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if start is None:
         return True
-    return True
+    now = _start_time(pid)
+    return now is None or str(now) == start
+
+
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat's 22nd field);
+    None where there is no /proc (macOS, Windows) or the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])

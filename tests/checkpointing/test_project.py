@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -199,6 +201,28 @@ def test_leftovers_of_killed_saves_are_hidden_and_cleared(tmp_path: Path) -> Non
         assert _accelerator(tmp_path)[0].load_state() == tmp_path / "checkpoints" / "checkpoint_0"
     accelerator.save_state()
     assert _names(tmp_path) == ["checkpoint_0", "checkpoint_1"]
+
+
+def test_a_leftover_whose_pid_another_process_now_has_is_still_cleared(tmp_path: Path) -> None:
+    # pids are reused (32,768 of them on many Linux machines): the start time in the name tells them apart
+    from accel.checkpointing.naming import _start_time
+
+    accelerator, _ = _accelerator(tmp_path)
+    accelerator.save_state()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = _start_time(other.pid)
+        if start is None:
+            pytest.skip("no /proc here: a work folder names its process by pid alone")
+        reused = tmp_path / "checkpoints" / f".checkpoint_1.tmp-{other.pid}-{start + 1}-0123abcd"
+        alive = tmp_path / "checkpoints" / f".checkpoint_9.tmp-{other.pid}-{start}-4567abcd"
+        reused.mkdir()
+        alive.mkdir()
+        accelerator.save_state()
+        assert not reused.exists() and alive.exists()  # a live writer's folder is left alone
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_overwriting_an_explicit_checkpoint_replaces_it_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
