@@ -1,6 +1,10 @@
 """`accel estimate-memory MODEL`: Accelerate's table for loading a model, and with `--training`, what
 each rank holds to train it (parameters, gradients, optimizer state, communication buffers) in the
 precisions, layout and number of processes asked for, and whether that fits a device.
+
+The layout is read as `accel launch` reads it: a config file (`--config_file`) and the launch's own flags
+for FSDP, the device mesh, DeepSpeed and bitsandbytes (accel.estimate.layout); `--layout fsdp|hsdp` and
+`--dp_shard_size` are this command's shorthand for the same settings.
 """
 
 from __future__ import annotations
@@ -10,12 +14,18 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from accel.cli.arguments import add_setting_flags, given_settings
 from accel.cli.errors import CliError
+from accel.settings import PARALLELISM_SIZE_SETTINGS, SETTINGS_BY_NAME, USE_DEEPSPEED, USE_FSDP
 
 if TYPE_CHECKING:
     from accel.estimate.activations import ActivationBytes
+    from accel.estimate.layout import Layout
 
 COMMAND = "accel estimate-memory"
+LAYOUT_SETTINGS = (USE_FSDP, *PARALLELISM_SIZE_SETTINGS, USE_DEEPSPEED, *(SETTINGS_BY_NAME[name] for name in (
+    "zero_stage", "offload_optimizer_device", "offload_param_device", "bnb_mode")))
+"""The launch settings that shape what a rank holds: flags of both commands, keys of the same config file."""
 _UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4,
           "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4}
 
@@ -35,16 +45,21 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--trust_remote_code", action="store_true", help="accepted for Accelerate's invocations; "
                         "no remote code runs here (only config.json is read)")
     parser.add_argument("--training", action="store_true", help="also the per-rank training table")
-    parser.add_argument("--mixed_precision", nargs="+", default=["no", "bf16", "bf16-true"], metavar="PRECISION",
+    parser.add_argument("--mixed_precision", nargs="+", metavar="PRECISION",
                         help="precisions of the training table: no, fp16, bf16, bf16-true, 16-true, 64-true, "
-                        "fp8-native, fp8-native-O1, fp8-native-O2 (one process)")
+                        "fp8-native, fp8-native-O1, fp8-native-O2 (default: the config file's, else no, bf16 "
+                        "and bf16-true)")
     parser.add_argument("--cpu", action="store_true", help="for a run on the CPU (which layers native FP8 converts "
                         "depends on the device; default: a GPU)")
-    parser.add_argument("--layout", default="ddp", choices=["ddp", "fsdp", "hsdp"],
-                        help="ddp (or one process), fsdp (FSDP2 over every process), hsdp (FSDP2 over --dp_shard_size)")
+    parser.add_argument("--config_file", "--config-file", metavar="PATH", help="read the layout, processes and "
+                        "precision from this config file (accel config's, or Accelerate's)")
+    parser.add_argument("--layout", choices=["ddp", "fsdp", "hsdp"], help="shorthand: ddp (or one process), fsdp "
+                        "(--use_fsdp: FSDP2 over every process), hsdp (FSDP2 over --dp_shard_size); default: from "
+                        "the settings below, else ddp")
     parser.add_argument("--dp_shard_size", type=int, help="hsdp: the processes each group shards over "
                         "(ParallelismConfig's dp_shard_size)")
-    parser.add_argument("--num_processes", type=int, default=1, help="processes (ranks) of the training table")
+    parser.add_argument("--num_processes", type=int, help="processes (ranks) of the training table (default: "
+                        "the config file's, else 1)")
     parser.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd", "sgd-momentum"])
     parser.add_argument("--batch_size", type=int, help="sequences per micro-batch on one rank: adds the activations "
                         "(with --seq_len)")
@@ -54,6 +69,7 @@ def add_parser(subparsers: Any) -> None:
                         "activations are recomputed in backward")
     parser.add_argument("--device_memory", metavar="SIZE", help="say whether the largest rank fits, e.g. 80GB")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_setting_flags(parser, LAYOUT_SETTINGS, "the layout, as accel launch takes it (override --config_file)")
     parser.set_defaults(handler=run, command=COMMAND)
 
 
@@ -82,30 +98,72 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--dp_shard_size {args.dp_shard_size} is for --layout hsdp (the layout is {args.layout}): "
                        "add --layout hsdp, or leave it out", command=COMMAND)
     try:
+        values = settings_in_force(args)
+        layout, precisions = _layout(values), _precisions(args, values)
         model = build_on_meta(args.model_name, args.library_name, lm_head=False)
         rows = inference_rows(model, args.dtypes)
-        training = _training(args, device) if args.training else []
+        training = _training(args, layout, precisions, device) if args.training else []
     except ValueError as error:
         raise CliError(str(error), command=COMMAND) from None
     if args.json:
         print(json.dumps({"model": args.model_name, "loading": [dict(zip(_HEADERS, row)) for row in rows],
-                          "training": training}, indent=2))
+                          **({"layout": layout.describe()} if training else {}), "training": training}, indent=2))
         return 0
     print(ascii_table(_HEADERS, rows, f"Memory Usage for loading `{args.model_name}`"))
     if training:
-        title = f"Training `{args.model_name}`, per rank"
-        setup = f"{args.layout}, {args.num_processes} process(es), {args.optimizer}"
-        activations = args.batch_size is not None
-        headers = [*_TRAINING_HEADERS[:-2], *(["activations"] if activations else []), *_TRAINING_HEADERS[-2:]]
-        keys = [*_KEYS[:-1], *(["activations"] if activations else []), "total"]
-        if activations:
-            setup += f", micro-batch {args.batch_size}x{args.seq_len}" + (
-                ", blocks checkpointed" if args.activation_checkpointing else "")
-        print(ascii_table(headers, [[row["precision"], *(_shown(row[key]) for key in keys), _fits(row)]
-                                    for row in training], title))
-        print(f"{setup}; '-': not estimated (docs/memory.md)" if any(None in row.values() for row in training)
-              else setup)
+        print(training_table(args, layout, training))
     return 0
+
+
+def training_table(args: argparse.Namespace, layout: Layout, training: list[dict[str, Any]]) -> str:
+    """The per-rank table (the largest rank of each precision) and the line under it saying the setup."""
+    title = f"Training `{args.model_name}`, per rank"
+    setup = f"{layout.describe()}, {args.optimizer}"
+    activations = args.batch_size is not None
+    headers = [*_TRAINING_HEADERS[:-2], *(["activations"] if activations else []), *_TRAINING_HEADERS[-2:]]
+    keys = [*_KEYS[:-1], *(["activations"] if activations else []), "total"]
+    if activations:
+        setup += f", micro-batch {args.batch_size}x{args.seq_len}" + (
+            ", blocks checkpointed" if args.activation_checkpointing else "")
+    table = ascii_table(headers, [[row["precision"], *(_shown(row[key]) for key in keys), _fits(row)]
+                                  for row in training], title)
+    unknown = any(None in row.values() for row in training)
+    return f"{table}\n{setup}; '-': not estimated (docs/memory.md)" if unknown else f"{table}\n{setup}"
+
+
+def settings_in_force(args: argparse.Namespace) -> dict[str, Any]:
+    """The launch settings the estimate is for: the config file's, the flags over them, this command's
+    shorthand (--layout, --dp_shard_size, --num_processes) over both."""
+    from accel.cli.config.file import active_config
+
+    values = dict(active_config(args.config_file, COMMAND, planning=True).values) if args.config_file else {}
+    values.update(given_settings(args, LAYOUT_SETTINGS))
+    if args.num_processes is not None:
+        values["num_processes"] = args.num_processes
+    processes = int(values.get("num_processes") or 1)
+    if args.layout in ("fsdp", "hsdp"):
+        values["use_fsdp"] = True
+    if args.layout == "hsdp":
+        shard = args.dp_shard_size
+        if shard is None or shard < 1 or processes % shard:
+            raise ValueError(f"layout='hsdp' needs shard_size, a divisor of processes={processes} (got {shard}): the "
+                             "processes each group shards over (ParallelismConfig's dp_shard_size)")
+        values.update(parallelism_config_dp_shard_size=shard, parallelism_config_dp_replicate_size=processes // shard)
+    return values
+
+
+def _layout(values: dict[str, Any]) -> Layout:
+    from accel.estimate.layout import layout_from_settings
+
+    return layout_from_settings(values)
+
+
+def _precisions(args: argparse.Namespace, values: dict[str, Any]) -> list[str]:
+    from accel.estimate.layout import precision_from_settings
+
+    if args.mixed_precision:
+        return list(args.mixed_precision)
+    return [precision_from_settings(values)] if args.config_file else ["no", "bf16", "bf16-true"]
 
 
 _HEADERS = ["dtype", "Largest Layer", "Total Size", "Training using Adam"]
@@ -113,15 +171,16 @@ _KEYS = ("parameters", "gradients", "optimizer", "buffers", "total")
 _TRAINING_HEADERS = ["precision", "parameters", "gradients", "optimizer state", "comm buffers", "total", "fits"]
 
 
-def _training(args: argparse.Namespace, device: int | None) -> list[dict[str, Any]]:
+def _training(args: argparse.Namespace, layout: Layout, precisions: list[str], device: int | None
+              ) -> list[dict[str, Any]]:
     from accel.estimate.models import build_on_meta
-    from accel.estimate.training import FP8_LEVELS, training_bytes
+    from accel.estimate.per_rank import estimate_ranks
+    from accel.estimate.training import FP8_LEVELS
 
-    model = build_on_meta(args.model_name, args.library_name)
     found = []
-    for precision in args.mixed_precision:
-        ranks = training_bytes(model, precision, args.layout, args.num_processes, args.optimizer,
-                               device="cpu" if args.cpu else "cuda", shard_size=args.dp_shard_size)
+    for precision in precisions:
+        ranks = estimate_ranks(lambda: build_on_meta(args.model_name, args.library_name), layout, precision,
+                               args.optimizer, device="cpu" if args.cpu else "cuda")
         largest = max(ranks, key=lambda r: r.total)
         row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
                                **{key: getattr(largest, key) for key in _KEYS}}

@@ -147,3 +147,36 @@ def test_without_transformers_a_preset_says_what_to_install(monkeypatch: pytest.
     assert main(["estimate-memory", "llama3-8b"]) == 2
     assert "need transformers (pip install transformers)" in capsys.readouterr().err
     assert main(["estimate-memory", "gpt", "--dtypes", "float32"]) == 0  # the example GPT needs no transformers
+
+
+def test_a_config_file_gives_the_layout_processes_and_precision(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.training import training_bytes
+
+    config = tmp_path / "config.yaml"
+    config.write_text("num_processes: 8\nmixed_precision: bf16\nuse_fsdp: true\n")
+    found = _json(capsys, "llama3-8b", "--training", "--config_file", str(config))
+    assert found["layout"] == "fsdp over 8 processes (dp_shard 8)"
+    [row] = found["training"]
+    expected = training_bytes(build_on_meta("llama3-8b"), "bf16", "fsdp", 8)[0]
+    assert (row["precision"], row["total"]) == ("bf16", expected.total)
+    accelerate = tmp_path / "accelerate.yaml"  # Accelerate's own config, as `accelerate config` writes it
+    accelerate.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 8\n"
+                          "mixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n")
+    assert _json(capsys, "llama3-8b", "--training", "--config_file", str(accelerate))["training"] == [row]
+    smaller = _json(capsys, "llama3-8b", "--training", "--config_file", str(config), "--num_processes", "4")
+    assert smaller["layout"] == "fsdp over 4 processes (dp_shard 4)"  # a flag wins over the file
+
+
+def test_tensor_parallelism_from_the_launch_flags_is_planned(capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.plan import plan_layout
+    from accel.parallel.config import ParallelismConfig
+
+    found = _json(capsys, "llama3-8b", "--training", "--mixed_precision", "bf16", "--num_processes", "8",
+                  "--use_fsdp", "--parallelism_config_dp_shard_size", "2", "--parallelism_config_tp_size", "4")
+    assert found["layout"] == "tp over 8 processes (dp_shard 2, tp 4)"
+    first, _ = plan_layout(lambda: build_on_meta("llama3-8b"), ParallelismConfig(dp_shard_size=2, tp_size=4), 8,
+                           "bf16")
+    assert found["training"][0]["total"] == first.held.total

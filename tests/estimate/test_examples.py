@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["accel.estimate.training", "accel.estimate.activations", "accel.estimate.measure"])
+@pytest.mark.parametrize("module", ["accel.estimate.training", "accel.estimate.activations", "accel.estimate.measure",
+                                    "accel.estimate.layout", "accel.estimate.plan", "accel.estimate.per_rank"])
 def test_docstring_examples(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0

@@ -75,21 +75,25 @@ def config_path(flag: str | None, environ: Mapping[str, str] | None = None) -> t
     return Path(base) / "accel" / "config.yaml", "the default location"
 
 
-def active_config(flag: str | None, command: str) -> ConfigFile:
-    """Load the active config. A file named explicitly must exist; the default one may be absent."""
+def active_config(flag: str | None, command: str, planning: bool = False) -> ConfigFile:
+    """Load the active config. A file named explicitly must exist; the default one may be absent.
+
+    `planning`: for a job planned here but run elsewhere (estimate-memory, launch --dry_run): an Accelerate
+    config's GPU layout is not checked against this machine's GPUs."""
     path, chosen_by = config_path(flag)
     if not path.exists():
         if chosen_by != "the default location":
             raise CliError(f"config file {path} (named by {chosen_by}) does not exist")
         return ConfigFile(path, chosen_by, {}, exists=False)
-    return ConfigFile(path, chosen_by, load_config(path, command), exists=True)
+    return ConfigFile(path, chosen_by, load_config(path, command, planning), exists=True)
 
 
-def load_config(path: Path, command: str) -> dict[str, Any]:
-    """Read, parse and check `path`; an Accelerate config is mapped first (one warning for what is dropped)."""
+def load_config(path: Path, command: str, planning: bool = False) -> dict[str, Any]:
+    """Read, parse and check `path`; an Accelerate config is mapped first (one warning for what is dropped).
+    `planning`: see active_config."""
     data = _read_yaml(path)
     if accelerate_config.looks_like_accelerate(data):
-        data = accelerate_config.translate(data, path, command)
+        data = accelerate_config.translate(data, path, command, (lambda: 1) if planning else None)
     return _check_mapping(data, path)
 
 

@@ -47,6 +47,10 @@ def add_parser(subparsers: Any) -> None:
     )
     add_launch_flags(parser)
     parser.add_argument("-m", "--module", action="store_true", help="run SCRIPT as a module, like python -m")
+    parser.add_argument("--dry_run", "--dry-run", metavar="MODEL", help="run nothing: shard MODEL (a preset, a "
+                        "transformers folder or cached name, or module:function) as this job would, on a fake process "
+                        "group of its size, and print the plan and each rank's memory; a layout that cannot shard is "
+                        "refused naming the dimension (docs/memory.md)")
     parser.add_argument("script", metavar="script.py", nargs="?", help="the training script (or module, with -m)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed on to the script, "
                         "all of them: none is read by accel launch")
@@ -68,6 +72,10 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The `accel launch` command."""
+    if args.dry_run is not None:
+        from accel.cli.launch.dry_run import dry_run
+
+        return dry_run(given_settings(args, ALL_SETTINGS), args.config_file, args.dry_run, args.script)
     if args.script is None:
         raise CliError("no script given: accel launch [flags] script.py [script arguments]")
     target = [args.script, *args.script_args]

@@ -61,13 +61,21 @@ def plan_launch(
 
     `gpus` is called only when the answer matters (it imports torch).
     """
-    values = _without_unused_fsdp(_merge(flags, config, command), flags, config, command)
-    values = _without_unused_deepspeed(values, flags, config, command)
+    values = merged_settings(flags, config, command)
     per_machine = _processes_per_machine(values)
-    _check_parallelism(values)
     use_cpu = _decide_device(values, per_machine, gpus, command)
     plan = LaunchPlan(values, per_machine, use_cpu, {})
     return dataclasses.replace(plan, env=_environment(plan, cores))
+
+
+def merged_settings(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[str, Any]:
+    """The settings in force: `flags` over `config`, without what nothing reads, the machines and the sizes
+    checked (what does not depend on this machine's devices: `accel launch --dry_run` plans with it too)."""
+    values = _without_unused_fsdp(_merge(flags, config, command), flags, config, command)
+    values = _without_unused_deepspeed(values, flags, config, command)
+    _processes_per_machine(values)
+    _check_parallelism(values)
+    return values
 
 
 def _merge(flags: Mapping[str, Any], config: ConfigFile, command: str) -> dict[str, Any]:
