@@ -127,8 +127,15 @@ def training_table(args: argparse.Namespace, layout: Layout, training: list[dict
             ", blocks checkpointed" if args.activation_checkpointing else "")
     table = ascii_table(headers, [[row["precision"], *(_shown(row[key]) for key in keys), _fits(row)]
                                   for row in training], title)
-    unknown = any(None in row.values() for row in training)
-    return f"{table}\n{setup}; '-': not estimated (docs/memory.md)" if unknown else f"{table}\n{setup}"
+    unknown = any(row[key] is None for row in training for key in ("activations", "total") if key in row)
+    lines = [table, f"{setup}; '-': not estimated (docs/memory.md)" if unknown else setup]
+    if any(row["communication"] for row in training):
+        kinds = ("all_reduce", "all_gather", "reduce_scatter", "sent")
+        lines.append(ascii_table(["precision", "all-reduce", "all-gather", "reduce-scatter", "sent (ring)"],
+                                 [[row["precision"], *(_shown(row["communication"][kind] if row["communication"]
+                                                              else None) for kind in kinds)] for row in training],
+                                 "Communication per rank and optimizer step"))
+    return "\n".join(lines)
 
 
 def settings_in_force(args: argparse.Namespace) -> dict[str, Any]:
@@ -191,8 +198,24 @@ def _training(args: argparse.Namespace, layout: Layout, precisions: list[str], d
                 row["activations"] = measured.checkpointed if args.activation_checkpointing else measured.saved
             row["total"] = None if row["activations"] is None else row["total"] + row["activations"]
         row["fits"] = None if device is None or row["total"] is None else row["total"] <= device
+        row["communication"] = _communication(args, layout, precision)
         found.append(row)
     return found
+
+
+def _communication(args: argparse.Namespace, layout: Layout, precision: str) -> dict[str, int] | None:
+    """Bytes a rank hands to each collective kind per optimizer step (communication.py), where estimated:
+    DDP, FSDP2 and HSDP on several processes, precisions other than FP8."""
+    from accel.estimate.communication import communication_bytes
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.training import FP8_LEVELS
+
+    if layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or precision in FP8_LEVELS:
+        return None
+    sent = communication_bytes(build_on_meta(args.model_name, args.library_name), precision, layout.kind,
+                               layout.processes, layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None)
+    return {"all_reduce": sent.all_reduce, "all_gather": sent.all_gather, "reduce_scatter": sent.reduce_scatter,
+            "sent": round(sent.ring_bytes)}
 
 
 def _activations(args: argparse.Namespace, precision: str) -> ActivationBytes:

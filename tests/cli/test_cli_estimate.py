@@ -180,3 +180,20 @@ def test_tensor_parallelism_from_the_launch_flags_is_planned(capsys: pytest.Capt
     first, _ = plan_layout(lambda: build_on_meta("llama3-8b"), ParallelismConfig(dp_shard_size=2, tp_size=4), 8,
                            "bf16")
     assert found["training"][0]["total"] == first.held.total
+
+
+def test_the_communication_per_step_is_communication_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.estimate.communication import communication_bytes
+    from accel.estimate.models import build_on_meta
+
+    rows = _json(capsys, "llama3-8b", "--training", "--layout", "hsdp", "--num_processes", "16", "--dp_shard_size", "8",
+                 "--mixed_precision", "bf16", "fp8-native")["training"]
+    sent = communication_bytes(build_on_meta("llama3-8b"), "bf16", "hsdp", 16, 8)
+    assert rows[0]["communication"] == {"all_reduce": sent.all_reduce, "all_gather": sent.all_gather,
+                                        "reduce_scatter": sent.reduce_scatter, "sent": round(sent.ring_bytes)}
+    # two bf16 gathers (forward, backward) weigh one float32 reduce-scatter; the replicas all-reduce one shard of 8
+    assert sent.all_gather == sent.reduce_scatter > 0 and sent.all_reduce == sent.reduce_scatter // 8
+    assert rows[1]["communication"] is None  # FP8's: not estimated, not guessed
+    assert main(["estimate-memory", "llama3-8b", "--training", "--layout", "fsdp", "--num_processes", "8",
+                 "--mixed_precision", "bf16"]) == 0
+    assert "Communication per rank and optimizer step" in capsys.readouterr().out
