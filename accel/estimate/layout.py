@@ -37,10 +37,11 @@ class Layout:
     @property
     def parallelism(self) -> ParallelismConfig:
         """The sizes as a ParallelismConfig (every process in one dimension where none is given)."""
-        sizes = {f"{name}_size": size for name, size in self.sizes.items() if size > 1}
-        if not sizes and self.kind == "fsdp":
-            sizes = {"dp_shard_size": self.processes}
-        return ParallelismConfig(**sizes)
+        sizes = dict(self.sizes)
+        if self.kind == "fsdp" and not sizes:
+            sizes["dp_shard"] = self.processes
+        return ParallelismConfig(dp_replicate_size=sizes.get("dp_replicate", 1), dp_shard_size=sizes.get("dp_shard", 1),
+                                 tp_size=sizes.get("tp", 1))
 
     def describe(self) -> str:
         """One line: 'fsdp over 8 processes (dp_shard 8)', 'zero3 over 64 processes, optimizer offloaded'."""
