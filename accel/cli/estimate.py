@@ -193,7 +193,7 @@ def _training(args: argparse.Namespace, layout: Layout, precisions: list[str], d
                                **{key: getattr(largest, key) for key in _KEYS}}
         if args.batch_size is not None:
             row["activations"] = None
-            if precision not in FP8_LEVELS:  # FP8's saved tensors are not estimated yet: said as "-"
+            if precision not in FP8_LEVELS and not layout.quantization:  # FP8's and 4/8-bit's: not yet, said as "-"
                 measured = _activations(args, precision)
                 row["activations"] = measured.checkpointed if args.activation_checkpointing else measured.saved
             row["total"] = None if row["activations"] is None else row["total"] + row["activations"]
@@ -210,7 +210,8 @@ def _communication(args: argparse.Namespace, layout: Layout, precision: str) -> 
     from accel.estimate.models import build_on_meta
     from accel.estimate.training import FP8_LEVELS
 
-    if layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or precision in FP8_LEVELS:
+    if (layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or precision in FP8_LEVELS
+            or layout.quantization):
         return None
     sent = communication_bytes(build_on_meta(args.model_name, args.library_name), precision, layout.kind,
                                layout.processes, layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None)

@@ -4,10 +4,15 @@
   using Adam" column), training.py (each rank's parameters, gradients, optimizer state and
   communication buffers for a precision, layout and number of processes), activations.py (the
   activations of one micro-batch, measured by a forward on fake tensors, with and without the blocks
-  checkpointed);
+  checkpointed), quantized.py (what bitsandbytes holds for each Linear accel quantizes: the packed
+  weight and its quant state, for training.py's `quantization`);
+* communication.py: the bytes each rank hands to all-reduce, all-gather and reduce-scatter per optimizer step;
+* at scale: plan.py (the real sharding plan, FSDP2 / HSDP / tensor parallelism, at any number of
+  ranks in this one process, on torch's fake process group), layout.py (the layout, read from the
+  settings a launch reads), per_rank.py (each rank's bytes for a layout, over the rules of each);
 * the model: models.py (presets, transformers configs from a folder or the local cache,
   module:function), built on the meta device;
 * what a run really holds, to check the estimate against: measure.py.
 
-`accel estimate-memory` (accel/cli/estimate.py) prints them.
+`accel estimate-memory` (accel/cli/estimate.py) prints them; `accel launch --dry_run` plans a job with them.
 """

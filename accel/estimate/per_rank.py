@@ -36,6 +36,10 @@ def estimate_ranks(
         >>> len(ranks), ranks[0].parameters == ranks[0].gradients
         (4, True)
     """
+    if layout.quantization and layout.kind in ("tp", "zero"):
+        raise ValueError(f"bnb_mode {layout.quantization!r} with {layout.describe()}: bitsandbytes weights are "
+                         "estimated under DDP and FSDP2 (accel refuses them with tensor parallelism); leave bnb_mode out "
+                         "or use DDP/FSDP2")
     if layout.kind == "tp":
         from accel.estimate.plan import plan_layout
 
@@ -47,4 +51,4 @@ def estimate_ranks(
                           offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param)
     shard_size = layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None
     return training_bytes(build(), precision, layout.kind, layout.processes, optimizer, device=device,
-                          shard_size=shard_size)
+                          shard_size=shard_size, quantization=layout.quantization)
