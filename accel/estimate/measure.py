@@ -63,7 +63,8 @@ def held_bytes(
 ) -> HeldBytes:
     """The bytes of `model`'s parameters, their gradients and the optimizers' state, on this rank.
 
-    Counts whole storages (an FSDP2 shard's padding included), each once.
+    Counts whole storages (an FSDP2 shard's padding included), each once; bitsandbytes' quant state (block
+    scales, code tables, int8 row scales) with the parameters.
 
     Args:
         model: the (prepared) model whose parameters and gradients are counted.
@@ -75,11 +76,13 @@ def held_bytes(
         >>> held = held_bytes(model, [optimizer], accelerator)  # doctest: +SKIP
         >>> held.parameters, held.gradients, held.optimizer  # doctest: +SKIP
     """
+    from accel.quantization.sharding import quant_state_tensors
+
     seen: set[tuple[str, int]] = set()
     parameters = list(model.parameters())
     extra = accelerator.precision.held_tensors() if accelerator is not None else {}
     return HeldBytes(
-        parameters=storage_bytes([*parameters, *extra.get("parameters", [])], seen),
+        parameters=storage_bytes([*parameters, *extra.get("parameters", []), *quant_state_tensors(model)], seen),
         gradients=storage_bytes([*(p.grad for p in parameters if p.grad is not None), *extra.get("gradients", [])],
                                  seen),
         optimizer=storage_bytes((value for optimizer in optimizers for state in optimizer.state.values()

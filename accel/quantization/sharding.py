@@ -42,6 +42,28 @@ def four_bit_layers(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
             yield name, module
 
 
+def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors bitsandbytes keeps beside `model`'s quantized weights, outside any parameter: each 4-bit
+    layer's QuantState (block scales, code table, double quantization's second level, and what
+    `address_quant_state` hangs on a sharded weight), each 8-bit layer's row scales and int8 copy. What a rank
+    holds for them (accel.estimate.measure counts them with the parameters); none without bitsandbytes."""
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is None:
+        return []
+    found: list[object] = []
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            states = {id(s): s for s in (getattr(module.weight, "quant_state", None), module.quant_state) if s is not None}
+            for state in states.values():
+                found += [state.absmax, state.code, state.offset]
+                if state.state2 is not None:
+                    found += [state.state2.absmax, state.state2.code]
+            found += [getattr(module.weight, name, None) for name in QUANT_STATE_FIELDS]
+        elif isinstance(module, bnb.nn.Linear8bitLt):
+            found += [getattr(module.weight, "SCB", None), module.state.SCB, module.state.CB]
+    return [t for t in found if isinstance(t, torch.Tensor)]
+
+
 def check_quant_storage(model: nn.Module, param_dtype: torch.dtype | None) -> None:
     """Raise ValueError when a 4-bit weight stored in a floating dtype would be cast to `param_dtype`.
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from accel.estimate.measure import held_bytes, storage_bytes
+from accel.estimate.measure import held_bytes
 from accel.estimate.training import RankBytes, training_bytes
 
 if TYPE_CHECKING:
@@ -87,32 +87,10 @@ def quant_model(adapters: str = "", device: str | None = None) -> nn.Module:
     return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["fc1", "fc2"], lora_dropout=0.0))
 
 
-def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The tensors bitsandbytes keeps beside the quantized weights: each 4-bit layer's QuantState (and what
-    accel hangs on a sharded weight), each 8-bit layer's row scales and int8 copy."""
-    import bitsandbytes as bnb
-
-    found = []
-    for module in model.modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            states = {id(s): s for s in (getattr(module.weight, "quant_state", None), module.quant_state) if s is not None}
-            for state in states.values():
-                found += [state.absmax, state.code, state.offset]
-                if state.state2 is not None:
-                    found += [state.state2.absmax, state.state2.code]
-            found += [getattr(module.weight, name, None) for name in ("absmax", "quant_map", "nested_absmax",
-                                                                       "nested_quant_map")]
-        elif isinstance(module, bnb.nn.Linear8bitLt):
-            found += [getattr(module.weight, "SCB", None), module.state.SCB, module.state.CB]
-    return [t for t in found if isinstance(t, torch.Tensor)]
-
-
 def held(model: nn.Module, optimizers: Iterable[torch.optim.Optimizer], accelerator: Accelerator) -> list[int]:
     """[parameters with the quant state, gradients, optimizer state] this rank holds, each storage once."""
     counted = held_bytes(model, list(optimizers), accelerator)
-    seen: set[tuple[str, int]] = set()
-    storage_bytes(model.parameters(), seen)  # the quant state's tensors that are parameters' are counted there
-    return [counted.parameters + storage_bytes(quant_state_tensors(model), seen), counted.gradients, counted.optimizer]
+    return [counted.parameters, counted.gradients, counted.optimizer]
 
 
 def train(accelerator: Accelerator, model: nn.Module, inputs: int, optimizer_name: str = "adamw") -> tuple[nn.Module, list[int]]:
