@@ -28,8 +28,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from accel.estimate.training import OPTIMIZERS, STEP_BYTES, RankBytes, _dtype
+from accel.estimate.training import FP8_LEVELS, OPTIMIZERS, PRECISIONS, STEP_BYTES, RankBytes, _dtype
 from accel.parallel.config import ParallelismConfig
+from accel.parallel.tensor_plan import Plan
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class RankPlan:
 
 def plan_layout(
     build: Callable[[], nn.Module], config: ParallelismConfig, world: int, precision: str = "no",
-    optimizer: str = "adamw", ranks: Sequence[int] | None = None,
+    optimizer: str = "adamw", ranks: Sequence[int] | None = None, tp_plan: Plan | None = None,
 ) -> list[RankPlan]:
     """Shard the model `build` makes, as `config` lays it out over `world` processes, once per rank asked.
 
@@ -62,6 +63,8 @@ def plan_layout(
             parameter is held in.
         optimizer: "adamw", "adam", "sgd" or "sgd-momentum": the state kept for each rank's own rows.
         ranks: the ranks to plan; default the first and the last (the fullest and the emptiest shards).
+        tp_plan: tensor parallelism's plan, as `TorchTensorParallelConfig(plan=...)` gives it (module names
+            to styles); None: the model's own (a transformers model's tp_plan).
 
     Returns:
         One RankPlan per rank asked, in rank order.
@@ -81,7 +84,7 @@ def plan_layout(
     for rank in asked:
         if not 0 <= rank < world:
             raise ValueError(f"ranks: {rank} is not a rank of a world of {world} processes (0 to {world - 1})")
-    return [_plan_rank(build, config, world, precision, optimizer, rank) for rank in asked]
+    return [_plan_rank(build, config, world, precision, optimizer, rank, tp_plan) for rank in asked]
 
 
 def _check(config: ParallelismConfig, world: int, precision: str, optimizer: str) -> None:
@@ -91,17 +94,23 @@ def _check(config: ParallelismConfig, world: int, precision: str, optimizer: str
     if sizes["cp"] > 1 or sizes["sp"] > 1:
         raise ValueError(f"cp_size={sizes['cp']}, sp_size={sizes['sp']}: the plan covers dp_replicate, dp_shard "
                          "and tp (cp and sp split activations, not what a rank holds between steps); leave them at 1")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not planned; accepted: {', '.join(PRECISIONS)}")
+    if precision in FP8_LEVELS and sizes["tp"] > 1:
+        raise ValueError(f"precision={precision!r} with tp_size={sizes['tp']}: accel runs no FP8 backend with tensor "
+                         "parallelism (its FP8 layers replace the nn.Linear layers tensor parallelism splits); plan "
+                         "bf16 with tensor parallelism, or FP8 with tp_size=1")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r} is not planned; accepted: {', '.join(OPTIMIZERS)}")
     check_world({f"{name}_size": size for name, size in sizes.items()}, world, fsdp=True, where="the plan")
 
 
 def _plan_rank(build: Callable[[], nn.Module], config: ParallelismConfig, world: int, precision: str,
-               optimizer: str, rank: int) -> RankPlan:
+               optimizer: str, rank: int, tp_plan: Plan | None) -> RankPlan:
     with fake_world(rank, world):
         model = build()
         dtypes = {name: _dtype(p, precision) for name, p in model.named_parameters()}
-        mesh = _shard(model, config, precision, rank, world)
+        mesh = _shard(model, config, precision, rank, world, tp_plan)
         coordinates = dict(zip(mesh.mesh_dim_names or (), mesh.get_coordinate() or ())) if mesh is not None else {}
         return RankPlan(rank, coordinates, _held(model, dtypes, optimizer, config, world), _shapes(model))
 
@@ -121,7 +130,8 @@ def fake_world(rank: int, world: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def _shard(model: nn.Module, config: ParallelismConfig, precision: str, rank: int, world: int) -> DeviceMesh | None:
+def _shard(model: nn.Module, config: ParallelismConfig, precision: str, rank: int, world: int,
+           tp_plan: Plan | None) -> DeviceMesh | None:
     """Split and shard `model` in place with accel's own code; the mesh (None: every rank holds all)."""
     from accel.distributed.process_state import ProcessState
     from accel.fsdp import FullyShardedDataParallelPlugin
@@ -135,7 +145,7 @@ def _shard(model: nn.Module, config: ParallelismConfig, precision: str, rank: in
         return None
     base = precision if precision in ("no", "fp16", "bf16", "16-true", "bf16-true", "64-true") else "no"
     if sizes["tp"] > 1:
-        plan, given = choose_plan(model, None)
+        plan, given = choose_plan(model, tp_plan)
         tp.parallelize(model, mesh, resolve_plan(model, plan, sizes["tp"], given))
         if sizes["dp_shard"] > 1:
             tp.shard_data_parallel(model, mesh, FullyShardedDataParallelPlugin(fsdp_version=2), base)
