@@ -1,7 +1,7 @@
 """The per-rank training estimate equals what real runs hold: parameters, gradients and optimizer state
 byte for byte (measure.held_bytes after a step), on one process in every precision, on two processes
 under DDP (with its gradient buckets, as torch reports them) and FSDP2 (padded shards), and on four
-under HSDP (2 groups of 2 shards)."""
+under HSDP (2 groups of 2 shards) and FSDP2 (4 shards)."""
 
 from __future__ import annotations
 
@@ -39,23 +39,26 @@ def test_one_process_holds_what_was_estimated(precision: str, optimizer: str) ->
     assert estimate.buffers == 0 and held.optimizer > 0 or optimizer == "sgd"
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp", "hsdp"])
+@pytest.fixture(scope="module", params=["ddp", "fsdp", "hsdp", "fsdp@4"])
 def launched(request: pytest.FixtureRequest) -> Launched:
-    processes = 4 if request.param == "hsdp" else 2
-    run = launch("../../estimate/estimate_script.py", request.param, processes=processes, timeout=240)
+    layout, _, count = request.param.partition("@")
+    processes = int(count) if count else 4 if layout == "hsdp" else 2
+    run = launch("../../estimate/estimate_script.py", layout, processes=processes, timeout=240)
     assert run.returncode == 0, run.stderr[-4000:]
     return run
 
 
-def test_two_processes_hold_what_was_estimated(launched: Launched) -> None:
+def test_two_processes_hold_what_was_estimated(launched: Launched, request: pytest.FixtureRequest) -> None:
     held, estimated = launched.of("held"), launched.of("estimate")
     assert [h for h in held] == [e[:3] for e in estimated]
     if "buckets" in launched.results[0]:  # DDP: one more copy of the gradients, in its buckets
         assert [e[3] for e in estimated] == launched.of("buckets") == [h[1] for h in held]
     else:  # FSDP2: the ranks hold padded shards of the same size, and optimizer state for their own rows only
-        assert held[0][:2] == held[1][:2] and held[0][2] != held[1][2]
-    if len(held) == 4:  # HSDP: the two groups hold the same shards
+        assert held[0][:2] == held[1][:2] and held[0][2] != held[-1][2]
+    if request.node.callspec.params["launched"] == "hsdp":  # the two groups hold the same shards
         assert held[:2] == held[2:]
+    if request.node.callspec.params["launched"] == "fsdp@4":  # four shards of one size, the last ones short of rows
+        assert len(held) == 4 and len({h[2] for h in held}) > 1 and {h[0] for h in held} == {held[0][0]}
 
 
 def test_zero_accounting_at_scale() -> None:
