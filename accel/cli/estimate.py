@@ -128,6 +128,9 @@ def training_table(args: argparse.Namespace, layout: Layout, training: list[dict
     table = ascii_table(headers, [[row["precision"], *(_shown(row[key]) for key in keys), _fits(row)]
                                   for row in training], title)
     unknown = any(row[key] is None for row in training for key in ("activations", "total") if key in row)
+    if any(row["host"] for row in training):
+        setup += "; in host memory (offload): " + ", ".join(f"{_shown(row['host'])} ({row['precision']})"
+                                                            for row in training)
     lines = [table, f"{setup}; '-': not estimated (docs/memory.md)" if unknown else setup]
     if any(row["communication"] for row in training):
         kinds = ("all_reduce", "all_gather", "reduce_scatter", "sent")
@@ -190,7 +193,7 @@ def _training(args: argparse.Namespace, layout: Layout, precisions: list[str], d
                                args.optimizer, device="cpu" if args.cpu else "cuda")
         largest = max(ranks, key=lambda r: r.total)
         row: dict[str, Any] = {"precision": precision, "rank": largest.rank,
-                               **{key: getattr(largest, key) for key in _KEYS}}
+                               **{key: getattr(largest, key) for key in _KEYS}, "host": largest.host}
         if args.batch_size is not None:
             row["activations"] = None
             if precision not in FP8_LEVELS and not layout.quantization:  # FP8's and 4/8-bit's: not yet, said as "-"

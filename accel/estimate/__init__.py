@@ -5,7 +5,8 @@
   communication buffers for a precision, layout and number of processes), activations.py (the
   activations of one micro-batch, measured by a forward on fake tensors, with and without the blocks
   checkpointed), quantized.py (what bitsandbytes holds for each Linear accel quantizes: the packed
-  weight and its quant state, for training.py's `quantization`);
+  weight and its quant state, for training.py's `quantization`), zero.py (DeepSpeed ZeRO 1-3 and offload:
+  each rank's device and host bytes, and `zero_held_bytes` measuring a live engine the same way);
 * communication.py: the bytes each rank hands to all-reduce, all-gather and reduce-scatter per optimizer step;
 * at scale: plan.py (the real sharding plan, FSDP2 / HSDP / tensor parallelism, at any number of
   ranks in this one process, on torch's fake process group), layout.py (the layout, read from the

@@ -1,6 +1,7 @@
 """Each rank's bytes for a layout: the one entry point over the rules of each layout.
 
-DDP, FSDP2 and HSDP follow training.py's formulas (every rank computed); DeepSpeed ZeRO follows zero.py's;
+DDP, FSDP2 and HSDP follow training.py's formulas (every rank computed); DeepSpeed ZeRO follows zero.py's
+(at the optimizer step, the gradients held; what offload keeps on the host in `RankBytes.host`);
 a layout with tensor parallelism is planned with torch's and accel's real sharding code on the fake
 process group (plan.py), for its first and last rank.
 """
@@ -8,6 +9,7 @@ process group (plan.py), for its first and last rank.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from torch import nn
 
@@ -47,8 +49,9 @@ def estimate_ranks(
     if layout.kind == "zero":
         from accel.estimate.zero import zero_bytes
 
-        return zero_bytes(build(), precision, layout.zero_stage or 2, layout.processes, optimizer,
-                          offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param)
+        ranks = zero_bytes(build(), precision, layout.zero_stage or 2, layout.processes, optimizer,
+                           offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param)
+        return [replace(rank.device, host=rank.host.total) for rank in ranks]
     shard_size = layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None
     return training_bytes(build(), precision, layout.kind, layout.processes, optimizer, device=device,
                           shard_size=shard_size, quantization=layout.quantization)

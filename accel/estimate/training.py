@@ -54,17 +54,18 @@ STEP_BYTES = 4  # Adam's per-parameter `step`, a float32 scalar
 
 @dataclass(frozen=True)
 class RankBytes:
-    """What one rank holds for training, in bytes (activations excluded)."""
+    """What one rank holds for training on its device, in bytes (activations excluded), and on the host."""
 
     rank: int
     parameters: int
     gradients: int
     optimizer: int
-    buffers: int  # communication buffers kept between steps (DDP's gradient buckets)
+    buffers: int  # communication buffers kept between steps (DDP's gradient buckets, ZeRO 3's reduce bucket)
+    host: int = 0  # kept in host memory instead (DeepSpeed's offload), not in `total`
 
     @property
     def total(self) -> int:
-        """Everything above together."""
+        """The device's bytes: parameters, gradients, optimizer state and buffers together."""
         return self.parameters + self.gradients + self.optimizer + self.buffers
 
 
