@@ -6,7 +6,8 @@ The modules, by job:
 * the plan: command.py (the subcommand: flags over the config file over the defaults; the script's
   exit status is accel's), plan.py (`LaunchPlan`: processes, machines, device and environment, and
   what cannot work refused before a process starts), rendezvous.py (torchrun's rendezvous and
-  restart arguments, and what a failed rendezvous means);
+  restart arguments, and what a failed rendezvous means), dry_run.py (`--dry_run MODEL`: the job's
+  sharding plan and each rank's memory at its size, nothing run);
 * the processes: children.py (one process as a child, several through the torchrun wrapper),
   distributed_run.py (that wrapper: torch.distributed.run made strict), worker.py (how each of
   several processes starts the script), parent_death.py (each process dies with its parent, so that
