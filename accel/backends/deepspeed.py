@@ -19,7 +19,7 @@ from accel.kwargs_handlers import GradScalerKwargs, Handlers
 
 _SECTION = {"fp16": "fp16", "bf16": "bf16"}
 """accel's precision name -> DeepSpeed's config section that runs it ('no' has none)."""
-_REFUSED = {
+REFUSED = {
     "fp8": "FP8 layers (Transformer Engine, torchao, MS-AMP) are swapped into the model by accel's FP8 backends, "
     "which DeepSpeed's engine does not drive (its optimizer keeps its own 16-bit copies); train FP8 with DDP or "
     "FSDP2, or DeepSpeed with mixed_precision='bf16'",
@@ -78,6 +78,6 @@ class DeepSpeedPrecision(FullPrecision):
 def deepspeed_precision(name: str, device: torch.device, handlers: Handlers) -> DeepSpeedPrecision:
     """The backend for precision `name` (resolved) under DeepSpeed, or ValueError with the reason it cannot run."""
     canonical = canonical_precision(name)
-    if canonical in _REFUSED:
-        raise ValueError(f"mixed_precision={name!r} with a DeepSpeedPlugin: {_REFUSED[canonical]}.")
+    if canonical in REFUSED:
+        raise ValueError(f"mixed_precision={name!r} with a DeepSpeedPlugin: {REFUSED[canonical]}.")
     return DeepSpeedPrecision(canonical, device, handlers)

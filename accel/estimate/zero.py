@@ -36,7 +36,6 @@ from accel.estimate.measure import storage_bytes
 from accel.estimate.training import OPTIMIZERS, STEP_BYTES, RankBytes
 
 PRECISIONS = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # accel's name -> the engine's model dtype
-REFUSED = {"bf16-true": "its bf16 keeps fp32 masters", "16-true": "its fp16 keeps fp32 masters", "64-true": "fp32 at most"}
 PHASES = ("step", "after-step")
 KINDS = ("parameters", "gradients", "optimizer", "buffers")
 BOOKKEEPING = ("_global_grad_norm", "norm_for_param_grads", "inf_or_nan_tracker", "round_robin_bit16_meta")
@@ -101,8 +100,11 @@ def zero_bytes(
         (4195328, 25171968)
     """
     if precision not in PRECISIONS:
-        why = next((reason for name, reason in REFUSED.items() if precision.startswith(name)), "not one of its precisions")
-        raise ValueError(f"precision={precision!r} is not one DeepSpeed runs ({why}); accepted: no, bf16, fp16")
+        from accel.backends.deepspeed import REFUSED  # accel's own refusals under DeepSpeed
+
+        why = REFUSED.get("fp8" if precision.startswith("fp8") else precision, "not one of accel's precisions")
+        raise ValueError(f"precision={precision!r} is not one accel runs under DeepSpeed ({why}); accepted: no, bf16, "
+                         "fp16")
     for name, value, accepted in (("stage", stage, (1, 2, 3)), ("optimizer", optimizer, tuple(OPTIMIZERS)),
                                   ("phase", phase, PHASES)):
         if value not in accepted:

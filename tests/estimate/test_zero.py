@@ -93,7 +93,7 @@ def test_offloading_moves_the_optimizer_and_partitions_to_the_host() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
-    ({"precision": "bf16-true"}, "precision='bf16-true' .*fp32 masters.*accepted: no, bf16, fp16"),
+    ({"precision": "bf16-true"}, "precision='bf16-true' .*float32 masters.*accepted: no, bf16, fp16"),
     ({"precision": "fp8"}, "precision='fp8'"), ({"stage": 0}, "stage=0 .*accepted: 1, 2, 3"),
     ({"stage": 4}, "stage=4"), ({"optimizer": "lion"}, "optimizer='lion'"), ({"processes": 0}, "processes=0"),
     ({"offload_param": True, "stage": 2}, "offload_param=True with stage=2"), ({"phase": "backward"}, "phase='backward'"),
