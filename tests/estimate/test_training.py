@@ -1,7 +1,7 @@
 """The per-rank training estimate equals what real runs hold: parameters, gradients and optimizer state
 byte for byte (measure.held_bytes after a step), on one process in every precision, on two processes
 under DDP (with its gradient buckets, as torch reports them) and FSDP2 (padded shards), and on four
-under HSDP (2 groups of 2 shards) and FSDP2 (4 shards)."""
+under DDP, HSDP (2 groups of 2 shards) and FSDP2 (4 shards)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_one_process_holds_what_was_estimated(precision: str, optimizer: str) ->
     assert estimate.buffers == 0 and held.optimizer > 0 or optimizer == "sgd"
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp", "hsdp", "fsdp@4"])
+@pytest.fixture(scope="module", params=["ddp", "fsdp", "hsdp", "fsdp@4", "ddp@4"])
 def launched(request: pytest.FixtureRequest) -> Launched:
     layout, _, count = request.param.partition("@")
     processes = int(count) if count else 4 if layout == "hsdp" else 2
