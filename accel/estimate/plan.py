@@ -76,8 +76,9 @@ def plan_layout(
     Example:
         >>> with torch.device("meta"):
         ...     make = lambda: torch.nn.Sequential(torch.nn.Linear(4096, 4096))
-        >>> [rank.held.total for rank in plan_layout(make, ParallelismConfig(dp_shard_size=8), 8, "bf16")]
-        [33562632, 33562632]
+        >>> first, last = plan_layout(make, ParallelismConfig(dp_shard_size=8), 8, "bf16")
+        >>> first.held.total, last.coordinates  # (4 + 4 + 8) x 4096 x 4097 / 8, and 2 Adam steps
+        (33562632, {'dp_shard': 7})
     """
     _check(config, world, precision, optimizer)
     asked = sorted(set(ranks if ranks is not None else (0, world - 1)))
