@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 COMMAND = "accel estimate-memory"
 LAYOUT_SETTINGS = (USE_FSDP, *PARALLELISM_SIZE_SETTINGS, USE_DEEPSPEED, *(SETTINGS_BY_NAME[name] for name in (
-    "zero_stage", "offload_optimizer_device", "offload_param_device", "bnb_mode")))
+    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device", "bnb_mode")))
 """The launch settings that shape what a rank holds: flags of both commands, keys of the same config file."""
 _UNITS = {"": 1, "B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4,
           "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4}

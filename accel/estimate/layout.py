@@ -33,6 +33,9 @@ class Layout:
     offload_optimizer: bool = False
     offload_param: bool = False
     quantization: str | None = None
+    zero_options: dict[str, int | str] = field(default_factory=dict)
+    """DeepSpeed's zero_optimization sizes the estimate reads (reduce_bucket_size, the stage 3 persistence
+    thresholds, sub_group_size) where a deepspeed_config_file gives them; "auto" is filled from the model."""
 
     @property
     def parallelism(self) -> ParallelismConfig:
@@ -80,9 +83,7 @@ def layout_from_settings(values: Mapping[str, Any]) -> Layout:
                 where="parallelism_config")
     quantization = values.get("bnb_mode") if any(name.startswith("bnb_") for name in values) else None
     if deepspeed:
-        stage = int(values.get("zero_stage") or 2)  # DeepSpeedPlugin's default
-        return Layout(processes, "zero", {}, stage, _offloaded(values, "offload_optimizer_device"),
-                      _offloaded(values, "offload_param_device"), quantization)
+        return _zero_layout(values, processes, quantization)
     if sizes["tp"] > 1:
         return Layout(processes, "tp", _given(sizes), quantization=quantization)
     if fsdp and sizes["dp_replicate"] > 1 and sizes["dp_shard"] > 1:
@@ -111,8 +112,23 @@ def precision_from_settings(values: Mapping[str, Any]) -> str:
     return f"fp8-native-{level}" if level else "fp8-native"
 
 
-def _offloaded(values: Mapping[str, Any], name: str) -> bool:
-    return (values.get(name) or "none") != "none"
+ZERO_OPTIONS = ("reduce_bucket_size", "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
+                "sub_group_size")
+"""The zero_optimization keys that change what a rank holds (accel.estimate.zero's arguments)."""
+
+
+def _zero_layout(values: Mapping[str, Any], processes: int, quantization: str | None) -> Layout:
+    """ZeRO as the job's DeepSpeedPlugin sees it: the flags and the deepspeed_config_file agreed (the plugin's
+    own rules: stage 2 by default, a flag and the file may not disagree), its offload devices and bucket sizes."""
+    from accel.deepspeed.plugin import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(hf_ds_config=values.get("deepspeed_config_file"), zero_stage=values.get("zero_stage"),
+                             offload_optimizer_device=values.get("offload_optimizer_device"),
+                             offload_param_device=values.get("offload_param_device"))
+    zero = plugin.deepspeed_config["zero_optimization"]
+    options = {key: zero[key] for key in ZERO_OPTIONS if key in zero}
+    return Layout(processes, "zero", {}, plugin.zero_stage, plugin.offload_optimizer_device != "none",
+                  plugin.offload_param_device != "none", quantization, options)
 
 
 def _given(sizes: dict[str, int]) -> dict[str, int]:

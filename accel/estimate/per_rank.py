@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from torch import nn
 
@@ -49,9 +50,34 @@ def estimate_ranks(
     if layout.kind == "zero":
         from accel.estimate.zero import zero_bytes
 
-        ranks = zero_bytes(build(), precision, layout.zero_stage or 2, layout.processes, optimizer,
-                           offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param)
+        model = build()
+        ranks = zero_bytes(model, precision, layout.zero_stage or 2, layout.processes, optimizer,
+                           offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param,
+                           **_zero_sizes(model, layout.zero_options))
         return [replace(rank.device, host=rank.host.total) for rank in ranks]
     shard_size = layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None
     return training_bytes(build(), precision, layout.kind, layout.processes, optimizer, device=device,
                           shard_size=shard_size, quantization=layout.quantization)
+
+
+_ZERO_ARGUMENTS = {"reduce_bucket_size": "reduce_bucket_size", "sub_group_size": "sub_group_size",
+                   "stage3_param_persistence_threshold": "param_persistence_threshold",
+                   "stage3_model_persistence_threshold": "model_persistence_threshold"}
+_FROM_HIDDEN = {"reduce_bucket_size": lambda h: h * h, "stage3_param_persistence_threshold": lambda h: 10 * h}
+"""Accelerate's (and accel's, accel/deepspeed/config.py) fill of "auto" from model.config.hidden_size."""
+
+
+def _zero_sizes(model: nn.Module, options: dict[str, int | str]) -> dict[str, Any]:
+    """zero_bytes' size arguments from a DeepSpeed config's zero_optimization values, "auto" filled as at prepare."""
+    sizes: dict[str, Any] = {}
+    for key, value in options.items():
+        if value == "auto":
+            hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+            if key not in _FROM_HIDDEN:
+                continue  # DeepSpeed's default stands
+            if hidden is None:
+                raise ValueError(f"the DeepSpeed config has \"auto\" at zero_optimization.{key}, filled from "
+                                 "model.config.hidden_size, which this model lacks: give an integer there")
+            value = _FROM_HIDDEN[key](int(hidden))
+        sizes[_ZERO_ARGUMENTS[key]] = int(value)
+    return sizes

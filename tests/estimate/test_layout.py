@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from accel.estimate.layout import Layout, layout_from_settings, precision_from_settings
@@ -40,3 +43,25 @@ def test_precisions() -> None:
     assert precision_from_settings({"mixed_precision": "fp8", "fp8_backend": "native"}) == "fp8-native"
     with pytest.raises(ValueError, match="fp8_backend 'auto': only accel's native FP8 is estimated"):
         precision_from_settings({"mixed_precision": "fp8"})
+
+
+def test_a_deepspeed_config_file_is_read_as_the_job_reads_it(tmp_path: Path) -> None:
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.per_rank import estimate_ranks
+    from accel.estimate.zero import zero_bytes
+
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {
+        "stage": 3, "reduce_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+        "stage3_prefetch_bucket_size": "auto", "offload_optimizer": {"device": "cpu"}}}))
+    layout = layout_from_settings({"num_processes": 8, "use_deepspeed": True, "deepspeed_config_file": str(config)})
+    assert (layout.zero_stage, layout.offload_optimizer, layout.offload_param) == (3, True, False)
+    model = build_on_meta("llama3-8b")
+    [first, *_] = estimate_ranks(lambda: model, layout, "bf16")
+    # "auto" as prepare fills it: hidden_size squared, 10 x hidden_size
+    [expected, *_] = zero_bytes(model, "bf16", 3, 8, offload_optimizer=True, reduce_bucket_size=4096 * 4096,
+                                param_persistence_threshold=40960)
+    assert first.total == expected.device.total and first.host == expected.host.total
+    assert first.buffers == 4096 * 4096 * 2  # the bf16 reduce bucket
+    with pytest.raises(ValueError, match="zero_stage"):  # a flag that disagrees with the file: the plugin's refusal
+        layout_from_settings({"use_deepspeed": True, "deepspeed_config_file": str(config), "zero_stage": 2})
