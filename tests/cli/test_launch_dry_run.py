@@ -30,6 +30,11 @@ def test_the_plan_of_an_fsdp_config_file_equals_the_formula(tmp_path: Path, caps
     assert len(rows) == 2
     assert convert_bytes(first.total) in rows[0] and convert_bytes(last.total) in rows[1]
     assert "dp_shard 63" in rows[1]
+    from accel.estimate.communication import communication_bytes
+
+    sent = communication_bytes(build_on_meta("llama3-8b"), "bf16", "fsdp", 64)
+    assert (f"each rank, per optimizer step: all-gather {convert_bytes(sent.all_gather)}, reduce-scatter "
+            f"{convert_bytes(sent.reduce_scatter)}") in out
 
 
 @pytest.mark.parametrize(("flags", "said"), [

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from accel.estimate.layout import Layout
 
 COMMAND = "accel launch --dry_run"
 _HEADERS = ["rank", "place", "parameters", "gradients", "optimizer state", "comm buffers", "total"]
@@ -73,5 +76,25 @@ def _plan_lines(values: Mapping[str, Any], model: str) -> list[str]:
         f"{COMMAND}: {model}, {layout.describe()}, {precision}, AdamW; nothing is run",
         f"plan: {how}",
         ascii_table(_HEADERS, rows, f"Each rank of `{model}`, before activations"),
+        *_communication_line(model, layout, precision),
         "every rank's full table and activations: accel estimate-memory --training (docs/memory.md)",
     ]
+
+
+def _communication_line(model: str, layout: Layout, precision: str) -> list[str]:
+    """What each rank hands to collectives per optimizer step, where communication.py estimates it."""
+    from accel.estimate.communication import communication_bytes
+    from accel.estimate.models import build_on_meta
+    from accel.estimate.sizes import convert_bytes
+
+    if layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or layout.quantization:
+        return []
+    try:
+        sent = communication_bytes(build_on_meta(model), precision, layout.kind, layout.processes,
+                                   layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None)
+    except ValueError:  # a precision whose collectives are not estimated (FP8): nothing claimed
+        return []
+    kinds = [(name, value) for name, value in (("all-gather", sent.all_gather), ("reduce-scatter", sent.reduce_scatter),
+                                               ("all-reduce", sent.all_reduce)) if value]
+    return [f"each rank, per optimizer step: {', '.join(f'{name} {convert_bytes(v)}' for name, v in kinds)} "
+            f"({convert_bytes(round(sent.ring_bytes))} sent by ring algorithms)"]
