@@ -207,17 +207,14 @@ def _training(args: argparse.Namespace, layout: Layout, precisions: list[str], d
 
 
 def _communication(args: argparse.Namespace, layout: Layout, precision: str) -> dict[str, int] | None:
-    """Bytes a rank hands to each collective kind per optimizer step (communication.py), where estimated:
-    DDP, FSDP2 and HSDP on several processes, precisions other than FP8."""
-    from accel.estimate.communication import communication_bytes
+    """Bytes a rank hands to each collective kind per optimizer step, where estimated (per_rank.py)."""
     from accel.estimate.models import build_on_meta
-    from accel.estimate.training import FP8_LEVELS
+    from accel.estimate.per_rank import estimate_communication
 
-    if (layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or precision in FP8_LEVELS
-            or layout.quantization):
+    sent = estimate_communication(lambda: build_on_meta(args.model_name, args.library_name), layout, precision,
+                                  args.batch_size, args.seq_len, "cpu" if args.cpu else "cuda")
+    if sent is None:
         return None
-    sent = communication_bytes(build_on_meta(args.model_name, args.library_name), precision, layout.kind,
-                               layout.processes, layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None)
     return {"all_reduce": sent.all_reduce, "all_gather": sent.all_gather, "reduce_scatter": sent.reduce_scatter,
             "sent": round(sent.ring_bytes)}
 

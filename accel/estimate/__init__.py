@@ -7,7 +7,7 @@
   checkpointed), quantized.py (what bitsandbytes holds for each Linear accel quantizes: the packed
   weight and its quant state, for training.py's `quantization`), zero.py (DeepSpeed ZeRO 1-3 and offload:
   each rank's device and host bytes, and `zero_held_bytes` measuring a live engine the same way);
-* communication.py: the bytes each rank hands to all-reduce, all-gather and reduce-scatter per optimizer step;
+* communication.py: the bytes each rank hands to collectives per step (ZeRO: communication_zero.py; TP: communication_tp.py);
 * at scale: plan.py (the real sharding plan, FSDP2 / HSDP / tensor parallelism, at any number of
   ranks in this one process, on torch's fake process group), layout.py (the layout, read from the
   settings a launch reads), per_rank.py (each rank's bytes for a layout, over the rules of each);

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from accel.estimate.layout import Layout
-from accel.estimate.training import RankBytes, training_bytes
+from accel.estimate.training import FP8_LEVELS, RankBytes, training_bytes
+
+if TYPE_CHECKING:
+    from accel.estimate.communication import CommBytes
 
 
 def estimate_ranks(
@@ -53,12 +56,53 @@ def estimate_ranks(
         model = build()
         ranks = zero_bytes(model, precision, layout.zero_stage or 2, layout.processes, optimizer,
                            offload_optimizer=layout.offload_optimizer, offload_param=layout.offload_param,
-                           **_zero_sizes(model, layout.zero_options))
+                           **zero_sizes(model, layout.zero_options))
         return [replace(rank.device, host=rank.host.total) for rank in ranks]
     shard_size = layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None
     return training_bytes(build(), precision, layout.kind, layout.processes, optimizer, device=device,
                           shard_size=shard_size, quantization=layout.quantization)
 
+
+
+def estimate_communication(
+    build: Callable[[], nn.Module], layout: Layout, precision: str, batch_size: int | None = None,
+    seq_len: int | None = None, device: str = "cuda",
+) -> CommBytes | None:
+    """What each rank of `layout` hands to collectives per optimizer step (communication.py), or None where it
+    is not estimated: one process, FP8, bitsandbytes, tensor parallelism without a micro-batch (it moves
+    activations, so it needs `batch_size` and `seq_len`).
+
+    Args:
+        build: makes the model on the meta device.
+        layout: the processes and how they hold the model.
+        precision: training.py's precision name.
+        batch_size: sequences per micro-batch on one rank (tensor parallelism).
+        seq_len: tokens per sequence (tensor parallelism).
+        device: "cuda" or "cpu": accel gathers ZeRO 3's parameters one at a time on the CPU.
+
+    Example:
+        >>> from accel.estimate.models import build_on_meta
+        >>> sent = estimate_communication(lambda: build_on_meta("gpt"), Layout(4, "fsdp", {"dp_shard": 4}), "bf16")
+        >>> sent.all_gather == sent.reduce_scatter  # two bf16 gathers weigh one float32 reduce-scatter
+        True
+    """
+    from accel.estimate.communication import communication_bytes
+    from accel.estimate.communication_zero import ZeroOptions
+
+    if layout.processes == 1 or precision in FP8_LEVELS or layout.quantization or (
+            layout.kind == "tp" and (batch_size is None or seq_len is None)):
+        return None
+    model = build()
+    options: dict[str, Any] = {}
+    kind = f"zero{layout.zero_stage}" if layout.kind == "zero" else layout.kind
+    if layout.kind == "zero":
+        sizes = zero_sizes(model, layout.zero_options)
+        sizes.pop("reduce_bucket_size", None)  # what a rank holds, not what it sends
+        options["zero"] = ZeroOptions(**sizes, allgather_sequential=device == "cpu")  # accel's setting on the CPU
+    if layout.kind == "tp":
+        options.update(tp_size=layout.sizes["tp"], batch_size=batch_size, seq_len=seq_len)
+    shard_size = layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None
+    return communication_bytes(model, precision, kind, layout.processes, shard_size, **options)
 
 _ZERO_ARGUMENTS = {"reduce_bucket_size": "reduce_bucket_size", "sub_group_size": "sub_group_size",
                    "stage3_param_persistence_threshold": "param_persistence_threshold",
@@ -67,7 +111,7 @@ _FROM_HIDDEN = {"reduce_bucket_size": lambda h: h * h, "stage3_param_persistence
 """Accelerate's (and accel's, accel/deepspeed/config.py) fill of "auto" from model.config.hidden_size."""
 
 
-def _zero_sizes(model: nn.Module, options: dict[str, int | str]) -> dict[str, Any]:
+def zero_sizes(model: nn.Module, options: dict[str, int | str]) -> dict[str, Any]:
     """zero_bytes' size arguments from a DeepSpeed config's zero_optimization values, "auto" filled as at prepare."""
     sizes: dict[str, Any] = {}
     for key, value in options.items():

@@ -197,3 +197,24 @@ def test_the_communication_per_step_is_communication_bytes(capsys: pytest.Captur
     assert main(["estimate-memory", "llama3-8b", "--training", "--layout", "fsdp", "--num_processes", "8",
                  "--mixed_precision", "bf16"]) == 0
     assert "Communication per rank and optimizer step" in capsys.readouterr().out
+
+
+def test_zero_and_tensor_parallel_communication_reach_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.estimate.communication import communication_bytes
+    from accel.estimate.communication_zero import ZeroOptions
+    from accel.estimate.models import build_on_meta
+
+    [row] = _json(capsys, "llama3-8b", "--training", "--num_processes", "64", "--use_deepspeed", "--zero_stage", "3",
+                  "--mixed_precision", "bf16")["training"]
+    sent = communication_bytes(build_on_meta("llama3-8b"), "bf16", "zero3", 64, zero=ZeroOptions())
+    assert (row["communication"]["all_gather"], row["communication"]["reduce_scatter"]) == (sent.all_gather,
+                                                                                          sent.reduce_scatter)
+    tp = ["gpt", "--training", "--num_processes", "2", "--parallelism_config_tp_size", "2", "--mixed_precision", "no"]
+    assert main(["estimate-memory", *tp]) == 2  # the example GPT has no tp_plan: refused by name
+    assert "has no tp_plan" in capsys.readouterr().err
+    llama = ["llama3-8b", "--training", "--num_processes", "8", "--use_fsdp", "--parallelism_config_dp_shard_size", "2",
+             "--parallelism_config_tp_size", "4", "--mixed_precision", "bf16"]
+    assert _json(capsys, *llama)["training"][0]["communication"] is None  # activations move: needs a micro-batch
+    [row] = _json(capsys, *llama, "--batch_size", "1", "--seq_len", "64")["training"]
+    sent = communication_bytes(build_on_meta("llama3-8b"), "bf16", "tp", 8, tp_size=4, batch_size=1, seq_len=64)
+    assert row["communication"]["all_reduce"] == sent.all_reduce > 0

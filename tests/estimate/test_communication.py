@@ -120,7 +120,7 @@ def test_formulas_at_scale() -> None:
 
 def test_bad_input_names_the_argument() -> None:
     model = torch.nn.Linear(2, 2)
-    for kwargs, named in (({"precision": "fp8-native"}, "precision='fp8-native'"), ({"layout": "zero2"}, "layout='zero2'"),
+    for kwargs, named in (({"precision": "fp8-native"}, "precision='fp8-native'"), ({"layout": "zero4"}, "layout='zero4'"),
                           ({"processes": 0}, "processes=0"), ({"layout": "hsdp", "processes": 4, "shard_size": 3},
                                                               "shard_size")):
         with pytest.raises(ValueError, match=named):

@@ -82,17 +82,17 @@ def _plan_lines(values: Mapping[str, Any], model: str) -> list[str]:
 
 
 def _communication_line(model: str, layout: Layout, precision: str) -> list[str]:
-    """What each rank hands to collectives per optimizer step, where communication.py estimates it."""
-    from accel.estimate.communication import communication_bytes
+    """What each rank hands to collectives per optimizer step, where communication.py estimates it without a
+    micro-batch (tensor parallelism's moves activations: `accel estimate-memory --batch_size --seq_len`)."""
     from accel.estimate.models import build_on_meta
+    from accel.estimate.per_rank import estimate_communication
     from accel.estimate.sizes import convert_bytes
 
-    if layout.kind not in ("ddp", "fsdp", "hsdp") or layout.processes == 1 or layout.quantization:
-        return []
     try:
-        sent = communication_bytes(build_on_meta(model), precision, layout.kind, layout.processes,
-                                   layout.sizes.get("dp_shard") if layout.kind == "hsdp" else None)
-    except ValueError:  # a precision whose collectives are not estimated (FP8): nothing claimed
+        sent = estimate_communication(lambda: build_on_meta(model), layout, precision)
+    except ValueError:  # a precision whose collectives are not estimated: nothing claimed
+        return []
+    if sent is None:
         return []
     kinds = [(name, value) for name, value in (("all-gather", sent.all_gather), ("reduce-scatter", sent.reduce_scatter),
                                                ("all-reduce", sent.all_reduce)) if value]
