@@ -81,3 +81,11 @@ def deepspeed_precision(name: str, device: torch.device, handlers: Handlers) -> 
     if canonical in REFUSED:
         raise ValueError(f"mixed_precision={name!r} with a DeepSpeedPlugin: {REFUSED[canonical]}.")
     return DeepSpeedPrecision(canonical, device, handlers)
+
+
+def overflow_flag_all_reduced(name: str, stage: int) -> bool:
+    """Whether DeepSpeed 0.19's ZeRO optimizer all-reduces a one-byte overflow flag each step under precision
+    `name`: fp16 (its loss scaler) at every stage, and bf16 under stages 1-2, whose optimizer checks the
+    gradients for inf/nan too (stage 3's bf16 does not). Read from DeepSpeed's source; measured on gloo
+    (tests/estimate/test_communication_zero_tp.py)."""
+    return name in _SECTION and (name == "fp16" or stage < 3)

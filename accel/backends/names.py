@@ -71,3 +71,13 @@ def implied_recipe(name: str) -> Mapping[str, str]:
 def reads_fp8_recipe(name: str) -> bool:
     """Whether a resolved precision name runs FP8, and so reads the FP8 recipe (fp8_config, --fp8_*)."""
     return canonical_precision(name) == FP8_PRECISION
+
+
+LOSS_SCALED = frozenset({"fp16"})
+"""Precisions that train with a dynamic loss scaler (torch's GradScaler, DeepSpeed's fp16): its found-inf
+flags are all-reduced each step (accel.estimate counts them)."""
+
+
+def loss_scaled(name: str) -> bool:
+    """Whether precision `name` trains with a dynamic loss scaler (see LOSS_SCALED)."""
+    return name in LOSS_SCALED

@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from accel.backends.names import loss_scaled
 from accel.estimate.communication_zero import ENGINE_DTYPES, ZeroOptions, _zero_step
 from accel.estimate.training import FP8_LEVELS, LAYOUTS, PRECISIONS, _dtype
 
@@ -247,5 +248,5 @@ def _sharded(parameters: list[nn.Parameter], precision: str, shards: int, replic
     trainable = [p for p in parameters if p.requires_grad]
     gather = sum(_padded(p, shards) * gathered(p).itemsize for p in parameters)
     reduce = sum(_padded(p, shards) * (REDUCE_DTYPE if mixed else _dtype(p, precision)).itemsize for p in trainable)
-    scaler = 4 * len({_dtype(p, precision) for p in trainable}) if precision == "fp16" else 0
+    scaler = 4 * len({_dtype(p, precision) for p in trainable}) if loss_scaled(precision) else 0
     return gather, reduce, scaler, reduce // shards if replicated else 0

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from accel.backends.deepspeed import overflow_flag_all_reduced
+
 ENGINE_DTYPES = {"no": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # accel's precision -> DeepSpeed's dtype
 NORM_BYTES = {1: 4, 2: 4, 3: 8}  # the gradient norm's all-reduce: float32 in stages 1-2, float64 (CPU) in stage 3
 FLAG_BYTES = 1  # the overflow flag, uint8
@@ -83,7 +85,7 @@ def _zero_step(model: nn.Module, precision: str, stage: int, processes: int, acc
     size = {id(p): (target if target and p.is_floating_point() else p.dtype).itemsize for p in parameters}
     trainable = [p for p in parameters if p.requires_grad]
     b = size[id(trainable[0])] if trainable else 4
-    flag = FLAG_BYTES if precision == "fp16" or precision == "bf16" and stage < 3 else 0
+    flag = FLAG_BYTES if overflow_flag_all_reduced(precision, stage) else 0
     broadcast = (2 if stage == 3 else 1) * sum(p.numel() * size[id(p)] for p in parameters)
     if stage < 3:
         total = sum(p.numel() for p in trainable)

@@ -111,7 +111,7 @@ def _plan_rank(build: Callable[[], nn.Module], config: ParallelismConfig, world:
     with fake_world(rank, world):
         model = build()
         dtypes = {name: _dtype(p, precision) for name, p in model.named_parameters()}
-        mesh = _shard(model, config, precision, rank, world, tp_plan)
+        mesh = _shard(model, config, rank, world, tp_plan)
         coordinates = dict(zip(mesh.mesh_dim_names or (), mesh.get_coordinate() or ())) if mesh is not None else {}
         return RankPlan(rank, coordinates, _held(model, dtypes, optimizer, config, world), _shapes(model))
 
@@ -131,7 +131,7 @@ def fake_world(rank: int, world: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def _shard(model: nn.Module, config: ParallelismConfig, precision: str, rank: int, world: int,
+def _shard(model: nn.Module, config: ParallelismConfig, rank: int, world: int,
            tp_plan: Plan | None) -> DeviceMesh | None:
     """Split and shard `model` in place with accel's own code; the mesh (None: every rank holds all)."""
     from accel.distributed.process_state import ProcessState
@@ -144,7 +144,7 @@ def _shard(model: nn.Module, config: ParallelismConfig, precision: str, rank: in
     mesh, sizes = build_device_mesh(config, "cpu"), config.sizes
     if mesh is None:
         return None
-    base = precision if precision in ("no", "fp16", "bf16", "16-true", "bf16-true", "64-true") else "no"
+    base = "no"  # FSDP2's MixedPrecisionPolicy casts in forward only: what a rank holds is read from `dtypes`
     if sizes["tp"] > 1:
         plan, given = choose_plan(model, tp_plan)
         tp.parallelize(model, mesh, resolve_plan(model, plan, sizes["tp"], given))

@@ -22,8 +22,6 @@ from accel.estimate.communication import CommBytes, communication_bytes
 from accel.estimate.communication_zero import ZeroOptions
 from accel.estimate.models import build_on_meta
 
-pytest.importorskip("deepspeed")
-
 STEP_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 OPTIONS = {"stage3_param_persistence_threshold": "param_persistence_threshold",
            "stage3_max_reuse_distance": "max_reuse_distance"}

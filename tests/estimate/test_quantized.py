@@ -18,9 +18,6 @@ CASES = [("nf4", "no", ""), ("nf4-dq", "bf16", "peft"), ("fp4", "bf16-true", "ha
 
 @pytest.mark.parametrize(("mode", "precision", "adapters"), CASES)
 def test_one_process_holds_what_was_estimated(mode: str, precision: str, adapters: str) -> None:
-    pytest.importorskip("bitsandbytes")
-    if adapters == "peft":
-        pytest.importorskip("peft")
     ignore = ADAPTERS if adapters == "hand" else ()
     [estimate] = training_bytes(quant_model(adapters, "meta"), precision, quantization=mode, ignore_modules=ignore)
     dtype = torch.float16 if mode.startswith("int8") else torch.float32  # the compute dtype: held bytes do not change
@@ -52,7 +49,6 @@ def test_bytes_per_weight_at_scale() -> None:
 
 
 def test_refused_as_accel_refuses() -> None:
-    pytest.importorskip("bitsandbytes")
     model = quant_model("", "meta")
     from accel.fsdp import FullyShardedDataParallelPlugin
 

@@ -6,8 +6,6 @@ and FSDP2 on 2 (ranks_script.py). O1/O2 under FSDP2 are refused, as accel refuse
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from launching import Launched, launch
 from ranks_script import fp8_model
@@ -17,12 +15,11 @@ from accel.estimate.training import training_bytes
 
 FP8_CASES = {"fp8-O1-adamw", "fp8-O2-adamw", "fp8-O1-sgd-momentum", "fp8-O2-adamw-tied"}
 QUANT_CASES = {"nf4-dq-hand-ddp-bf16", "nf4-plain-ddp-no", "nf4-dq-plain-fsdp-no"}
-HAVE_BNB = importlib.util.find_spec("bitsandbytes") is not None
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def launched(request: pytest.FixtureRequest) -> Launched:
-    cases = ["fp8", "quant"] if request.param == 2 and HAVE_BNB else ["fp8"]
+    cases = ["fp8", "quant"] if request.param == 2 else ["fp8"]
     run = launch("../../estimate/ranks_script.py", *cases, processes=request.param, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     return run
@@ -30,7 +27,7 @@ def launched(request: pytest.FixtureRequest) -> Launched:
 
 def test_ranks_hold_what_was_estimated(launched: Launched) -> None:
     per_rank = launched.of("cases")
-    expected = FP8_CASES | (QUANT_CASES if len(per_rank) == 2 and HAVE_BNB else set())
+    expected = FP8_CASES | (QUANT_CASES if len(per_rank) == 2 else set())
     assert len(per_rank) == len(launched.results) and all(set(cases) == expected for cases in per_rank)
     for cases in per_rank:
         for name, (held, estimate, buckets) in cases.items():
@@ -40,7 +37,7 @@ def test_ranks_hold_what_was_estimated(launched: Launched) -> None:
                 assert 0 < buckets < held[1], name
     fp8 = [{name: cases[name] for name in FP8_CASES} for cases in per_rank]
     assert all(cases == fp8[0] for cases in fp8)  # DDP: every rank holds the same
-    if len(per_rank) == 2 and HAVE_BNB:  # FSDP2: padded shards of the packed weights; optimizer state of own rows
+    if len(per_rank) == 2:  # FSDP2: padded shards of the packed weights; optimizer state of own rows
         first, second = (cases["nf4-dq-plain-fsdp-no"][0] for cases in per_rank)
         assert first[:2] == second[:2] and first[2] != second[2]
 

@@ -16,8 +16,6 @@ import accel.estimate.zero
 from accel.estimate.models import build_on_meta
 from accel.estimate.zero import zero_bytes
 
-pytest.importorskip("deepspeed")
-
 LIVE = ("1-no", "2-bf16", "3-fp16", "2-no-offload", "3-bf16-offload")
 """Cases whose every live storage is compared too, on 2 processes (a scan of the process's objects: ~1 s a case)."""
 
